@@ -1,0 +1,1 @@
+"""The Claude Code adapter: renderer, installer, ``reef-claude`` launcher, commands and hooks."""

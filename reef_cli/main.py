@@ -1,0 +1,71 @@
+"""The ``reef`` command: one typer app composed of one module per noun."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from reef_cli import exits, scenario
+from reef_cli import output as out
+from reef_cli.log import log
+from reef_cli.serve import serve
+from reef_core import __version__
+from reef_core.errors import ReefError
+
+__all__ = [
+    "app",
+    "run",
+]
+
+_state = {"debug": False}
+
+
+class _ReefGroup(TyperGroup):
+    """Turns reef's errors into one readable line and an exit code (a traceback with --debug)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ReefError as exc:
+            if _state["debug"]:
+                raise
+            out.output.error(exc.message)
+            raise typer.Exit(exits.exit_code(exc)) from None
+
+
+app = typer.Typer(
+    name="reef",
+    cls=_ReefGroup,
+    help="reef: an agent's inference server that keeps learning. Every exchange is a git commit.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.output.console.print(f"reef {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+) -> None:
+    """reef: record, learn, release."""
+    _state["debug"] = debug
+
+
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
+app.add_typer(scenario.app, name="scenario")
+app.command("log")(log)
+
+
+def run() -> None:
+    app(prog_name="reef")

@@ -1,0 +1,360 @@
+"""Settings: the only reader of configuration files and the environment.
+
+Every value comes from one of five layers, later layers winning::
+
+    default  <  profile (--recipe NAME)  <  file (-c reef.toml)  <  environment  <  flags
+
+Flags are dotted overrides, ``--reef.port 8901`` or ``--inference.upstream-url=http://…``;
+keys may be spelled with ``-`` or ``_``.  Unknown keys are errors that name the key and where
+it came from.  :func:`load_settings` is called once at an entry point and the resulting frozen
+:class:`Settings` is passed down; nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+
+from reef_core.errors import ConfigError
+
+__all__ = [
+    "PROFILES",
+    "InferenceSettings",
+    "RecipeSettings",
+    "ReefSettings",
+    "Settings",
+    "StorageSettings",
+    "load_settings",
+]
+
+
+def _setting(
+    default: Any,
+    help: str,
+    *,
+    secret: bool = False,
+    env: str | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    meta = {"help": help, "secret": secret, "env": env, "choices": choices}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ReefSettings:
+    host: str = _setting("127.0.0.1", "address the daemon listens on")
+    port: int = _setting(8900, "port the daemon listens on")
+    tokens: tuple[str, ...] = _setting(
+        (),
+        "bearer tokens accepted by the daemon (comma-separated in REEF_TOKEN)",
+        secret=True,
+        env="REEF_TOKEN",
+    )
+    implicit_scenarios: bool = _setting(True, "create a scenario on its first request")
+    max_body_bytes: int = _setting(64 * 1024 * 1024, "largest request body accepted")
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    upstream_url: str | None = _setting(
+        None, "base URL of the upstream model server", env="REEF_UPSTREAM_URL"
+    )
+    upstream_model: str | None = _setting(
+        None, "model name sent upstream (default: as the client sent it)", env="REEF_UPSTREAM_MODEL"
+    )
+    upstream_api: str = _setting("openai", "wire format the upstream speaks", choices=("openai", "anthropic"))
+    upstream_api_key: str | None = _setting(
+        None, "API key for the upstream", secret=True, env="REEF_UPSTREAM_API_KEY"
+    )
+    model_path: str | None = _setting(None, "a local model to serve (builtin:tiny is the embedded one)")
+    backend: str = _setting("local", "engine for a local model", choices=("local", "sglang"))
+    timeout_s: float = _setting(600.0, "seconds to wait for an upstream answer")
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    name: str = _setting("basic", "the learning recipe this deployment runs")
+    implementation: str | None = _setting(None, "dotted reference package.module:Class overriding the name")
+    config: dict[str, Any] = _setting({}, "recipe-specific settings (recipe.config.<field>)")
+    proposer_sandbox: str = _setting(
+        "none", "sandbox for the agent proposer", env="REEF_PROPOSER_SANDBOX", choices=("none", "bwrap")
+    )
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    state_dir: Path = _setting(Path(".reef"), "where scenario repositories live")
+    fsync: bool = _setting(False, "fsync every object (survives power loss; slower)")
+    max_batch: int = _setting(256, "most items written per group commit")
+    pack_every: int = _setting(2000, "items between background repacks (0: never)")
+
+
+_SECTIONS: dict[str, type] = {
+    "reef": ReefSettings,
+    "inference": InferenceSettings,
+    "recipe": RecipeSettings,
+    "storage": StorageSettings,
+}
+
+#: built-in profiles: defaults that follow from the recipe a deployment runs
+PROFILES: dict[str, dict[str, Any]] = {
+    "basic": {},
+    "reefine": {"reef.port": 8901, "storage.state_dir": ".reef/reefine"},
+    "grpo": {"inference.model_path": "builtin:tiny", "storage.state_dir": ".reef/grpo"},
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    reef: ReefSettings
+    inference: InferenceSettings
+    recipe: RecipeSettings
+    storage: StorageSettings
+    #: dotted key (``reef.port``) -> where its value came from
+    sources: Mapping[str, str]
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """``(key, shown value, source)`` for every setting, secrets masked."""
+        rows: list[tuple[str, str, str]] = []
+        for section, cls in _SECTIONS.items():
+            values = getattr(self, section)
+            for f in dataclasses.fields(cls):
+                key = f"{section}.{f.name}"
+                value = getattr(values, f.name)
+                if f.metadata["secret"]:
+                    shown = "(unset)" if not value else "********"
+                elif key == "recipe.config":
+                    rows.extend(
+                        (f"{key}.{_display(k)}", _show(v), self.sources.get(f"{key}.{k}", "?"))
+                        for k, v in sorted(value.items())
+                    )
+                    continue
+                else:
+                    shown = _show(value)
+                rows.append((_display(key), shown, self.sources.get(key, "default")))
+        return rows
+
+
+def _display(key: str) -> str:
+    return key.replace("_", "-")
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def _normalise(key: str) -> str:
+    return key.strip().replace("-", "_")
+
+
+def _known_keys() -> dict[str, dataclasses.Field]:
+    return {f"{section}.{f.name}": f for section, cls in _SECTIONS.items() for f in dataclasses.fields(cls)}
+
+
+def _type_of(key: str) -> Any:
+    section, name = key.split(".", 1)
+    return typing.get_type_hints(_SECTIONS[section])[name]
+
+
+def load_settings(
+    *,
+    file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Sequence[str] = (),
+    cwd: Path | None = None,
+) -> Settings:
+    """Resolve settings from every layer.  Raises :class:`ConfigError` naming a bad key."""
+    env = os.environ if env is None else env
+    known = _known_keys()
+    layers: list[tuple[str, dict[str, Any]]] = []
+
+    file_values: dict[str, Any] = {}
+    file_source = ""
+    if file is not None:
+        file_source = f"file:{file}"
+        file_values = _read_file(file)
+    env_values = {
+        key: (raw, f"env:{name}")
+        for key, f in known.items()
+        if (name := f.metadata["env"]) and (raw := env.get(name)) not in (None, "")
+    }
+    flag_values = _parse_flags(overrides)
+
+    # which recipe, hence which profile: decided by every layer above the profile
+    recipe_name: Any = known["recipe.name"].default
+    if "recipe.name" in file_values:
+        recipe_name = file_values["recipe.name"]
+    if "recipe.name" in flag_values:
+        recipe_name = flag_values["recipe.name"][0]
+    profile = PROFILES.get(recipe_name, {}) if isinstance(recipe_name, str) else {}
+    layers.append((f"profile:{recipe_name}", dict(profile)))
+    layers.append((file_source, file_values))
+    resolved: dict[str, Any] = {key: f.default for key, f in known.items()}
+    resolved["recipe.config"] = {}
+    sources: dict[str, str] = {}
+
+    def put(key: str, raw: Any, source: str) -> None:
+        if key.startswith("recipe.config."):
+            sub = key[len("recipe.config.") :]
+            if not sub:
+                raise ConfigError(f"empty recipe.config key (from {source})", field=key)
+            resolved["recipe.config"][sub] = _coerce_free(raw)
+            sources[key] = source
+            return
+        if key not in known:
+            hint = difflib.get_close_matches(key, list(known), n=1)
+            suggestion = f"; did you mean {_display(hint[0])}?" if hint else ""
+            raise ConfigError(f"unknown setting {_display(key)!r} (from {source}){suggestion}", field=key)
+        if key == "recipe.config":
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"recipe.config must be a table (from {source})", field=key)
+            for sub, value in raw.items():
+                put(f"recipe.config.{_normalise(sub)}", value, source)
+            return
+        resolved[key] = _coerce(key, raw, known[key], source)
+        sources[key] = source
+
+    for source, values in layers:
+        for key, raw in values.items():
+            put(key, raw, source)
+    for key, (raw, source) in [*env_values.items(), *flag_values.items()]:
+        put(key, raw, source)
+
+    state_dir = Path(resolved["storage.state_dir"]).expanduser()
+    if not state_dir.is_absolute():
+        state_dir = (cwd or Path.cwd()) / state_dir
+    resolved["storage.state_dir"] = state_dir
+
+    built = {}
+    for section, cls in _SECTIONS.items():
+        built[section] = cls(**{f.name: resolved[f"{section}.{f.name}"] for f in dataclasses.fields(cls)})
+    return Settings(**built, sources=sources)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}", field="config") from exc
+    try:
+        document = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", field="config") from exc
+    flat: dict[str, Any] = {}
+    for section, table in document.items():
+        section_key = _normalise(section)
+        if section_key not in _SECTIONS:
+            hint = difflib.get_close_matches(section_key, list(_SECTIONS), n=1)
+            suggestion = f"; did you mean [{hint[0]}]?" if hint else ""
+            raise ConfigError(f"unknown section [{section}] in {path}{suggestion}", field=section)
+        if not isinstance(table, dict):
+            raise ConfigError(f"{section} in {path} must be a table", field=section)
+        for key, value in table.items():
+            flat[f"{section_key}.{_normalise(key)}"] = value
+    return flat
+
+
+def _parse_flags(args: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    """``["--reef.port", "8901", "--x.y=z", "--storage.fsync"]`` -> key -> (raw, source)."""
+    values: dict[str, tuple[Any, str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(
+                f"unexpected argument {arg!r}: settings are given as --section.key value", field=arg
+            )
+        name, sep, raw = arg[2:].partition("=")
+        flag = f"--{name}"
+        if not sep:
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                raw = args[i + 1]
+                i += 1
+            else:
+                raw = "true"  # a bare --storage.fsync switches a boolean on
+        if name == "recipe":  # --recipe NAME picks a built-in profile
+            name = "recipe.name"
+        if "." not in name:
+            raise ConfigError(f"unknown option {flag}: settings are dotted, like --reef.port", field=name)
+        values[_normalise(name)] = (raw, f"flag:{flag}")
+        i += 1
+    return values
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(key: str, raw: Any, spec: dataclasses.Field, source: str) -> Any:
+    kind = _type_of(key)
+    optional = type(None) in typing.get_args(kind)
+    base = next((t for t in typing.get_args(kind) if t is not type(None)), kind) if optional else kind
+
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{_display(key)} must be {expected}, got {raw!r} (from {source})", field=key)
+
+    if optional and (raw is None or raw == ""):
+        return None
+    if base is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in _TRUE | _FALSE:
+            return raw.lower() in _TRUE
+        raise bad("true or false")
+    if base is int:
+        if isinstance(raw, bool):
+            raise bad("an integer")
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise bad("an integer") from None
+    if base is float:
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise bad("a number") from None
+    if base is Path:
+        if not isinstance(raw, (str, Path)) or not str(raw):
+            raise bad("a path")
+        return Path(raw)
+    if typing.get_origin(base) is tuple:
+        if isinstance(raw, str):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if isinstance(raw, (list, tuple)) and all(isinstance(x, str) for x in raw):
+            return tuple(raw)
+        raise bad("a list of strings")
+    if base is str:
+        if not isinstance(raw, str):
+            raise bad("a string")
+        choices = spec.metadata["choices"]
+        if choices and raw not in choices:
+            raise bad("one of " + ", ".join(choices))
+        return raw
+    raise ConfigError(f"{_display(key)} cannot be set from {source}", field=key)
+
+
+def _coerce_free(raw: Any) -> Any:
+    """A recipe.config value: typed already from TOML; from a flag or env, parsed as TOML."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return tomlkit.parse(f"v = {raw}").unwrap()["v"]
+    except tomlkit.exceptions.ParseError:
+        return raw

@@ -1,0 +1,46 @@
+"""The store: every byte reef keeps, in one bare git repository per scenario.
+
+Owns: scenario repositories, the data branch (records, reports, asks), the release chain,
+candidates and pending releases, LFS objects, crash recovery and packing.
+Does not own: what a record or a release *means* (the daemon and recipes decide that).
+May import: ``reef_core.errors``, ``reef_core.ids``, pygit2 (its only home).
+"""
+
+from reef_core.store.data import DATA_REF, DataReader, Item, parse_trailers
+from reef_core.store.lfs import GITATTRIBUTES, LfsPointer, parse_pointer, read_lfs, store_lfs
+from reef_core.store.releases import (
+    CANDIDATES_PREFIX,
+    PENDING_PREFIX,
+    REJECTED_PREFIX,
+    RELEASE_REF,
+    Candidate,
+    Release,
+    ReleaseChain,
+)
+from reef_core.store.scenarios import Scenario, ScenarioReader, Store, StoreOptions
+from reef_core.store.trees import build_tree, iter_files
+
+__all__ = [
+    "CANDIDATES_PREFIX",
+    "DATA_REF",
+    "GITATTRIBUTES",
+    "PENDING_PREFIX",
+    "REJECTED_PREFIX",
+    "RELEASE_REF",
+    "Candidate",
+    "DataReader",
+    "Item",
+    "LfsPointer",
+    "Release",
+    "ReleaseChain",
+    "Scenario",
+    "ScenarioReader",
+    "Store",
+    "StoreOptions",
+    "build_tree",
+    "iter_files",
+    "parse_pointer",
+    "parse_trailers",
+    "read_lfs",
+    "store_lfs",
+]

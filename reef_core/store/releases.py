@@ -1,0 +1,428 @@
+"""The release chain, candidates and pending releases of one scenario.
+
+=============================  ==============================================  =======================
+ref                            holds                                           moves by
+=============================  ==============================================  =======================
+``refs/heads/release``         one commit per release, parent = the previous   compare-and-swap only
+``refs/tags/vN``               annotated tag per release                       created once
+``refs/reef/candidates/<n>``   every candidate, its step record in the message  created once
+``refs/reef/pending/<n>``      selected candidates waiting for a person        removed on promote/reject
+``refs/reef/rejected/<n>``     pending candidates a person rejected            created once
+=============================  ==============================================  =======================
+
+The release ref is the commit point: a release exists once the ref points at it.  Its tag is
+an index derived from the chain (the release number is in the commit's ``Reef-Release``
+trailer), created right after, and recreated by :meth:`ReleaseChain.repair_tags` if the
+process died in between.  Nothing here needs the scenario's writer lock: two daemons, or a
+daemon and a CLI, may race, and exactly one wins each compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from reef_core.errors import ConflictError, InvalidInput, NotFound, StoreError
+from reef_core.store.data import parse_trailers
+from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, signature, tree_at
+from reef_core.store.trees import iter_files
+
+__all__ = [
+    "CANDIDATES_PREFIX",
+    "OPERATIONS",
+    "PENDING_PREFIX",
+    "REJECTED_PREFIX",
+    "RELEASE_REF",
+    "Candidate",
+    "Release",
+    "ReleaseChain",
+]
+
+RELEASE_REF = "refs/heads/release"
+CANDIDATES_PREFIX = "refs/reef/candidates/"
+PENDING_PREFIX = "refs/reef/pending/"
+REJECTED_PREFIX = "refs/reef/rejected/"
+OPERATIONS = ("creation", "evolve", "training", "rollback", "promote")
+
+_LOCK_WAIT_S = 2.0
+
+
+@dataclass(frozen=True)
+class Release:
+    number: int
+    commit: str
+    tree: str
+    operation: str
+    ask: str | None = None
+    verdict: str | None = None
+    source: str | None = None
+    created_at: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"v{self.number}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    step: int
+    commit: str
+    tree: str
+    base: str | None
+    verdict: str
+    ask: str | None
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def _encode(value: str | None) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _decode(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _parse_release_number(value: object) -> int:
+    text = str(value)
+    digits = text[1:] if text.startswith("v") else text
+    if not digits.isdigit() or int(digits) < 1:
+        raise InvalidInput(f"{text!r} is not a release (expected v1, v2, …)", field="release")
+    return int(digits)
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()
+
+
+class ReleaseChain:
+    """Reads and moves one scenario's release chain.  Safe to use from any thread."""
+
+    def __init__(self, handle: RepoHandle) -> None:
+        self._handle = handle
+
+    @property
+    def _repo(self) -> pygit2.Repository:
+        return self._handle.repo
+
+    # -- reading -------------------------------------------------------------------------
+
+    def tip(self) -> Release | None:
+        ref = self._repo.references.get(RELEASE_REF)
+        return None if ref is None else self._release_of(commit_at(self._repo, ref.target))
+
+    def __iter__(self) -> Iterator[Release]:
+        """Releases, newest first."""
+        ref = self._repo.references.get(RELEASE_REF)
+        commit = None if ref is None else commit_at(self._repo, ref.target)
+        while commit is not None:
+            yield self._release_of(commit)
+            commit = commit.parents[0] if commit.parents else None
+
+    def get(self, release: int | str) -> Release:
+        number = release if isinstance(release, int) else _parse_release_number(release)
+        ref = self._repo.references.get(f"refs/tags/v{number}")
+        if ref is not None:
+            commit = ref.peel(pygit2.Commit)
+            found = self._release_of(commit)
+            if found.number == number:
+                return found
+        for candidate in self:  # tag missing (crash before it was written): walk the chain
+            if candidate.number == number:
+                return candidate
+        raise NotFound(f"no release v{number}", field="release")
+
+    def files(self, release: Release) -> dict[str, bytes]:
+        return {path: blob.data for path, blob in iter_files(self._repo, tree_at(self._repo, release.tree))}
+
+    def _release_of(self, commit: pygit2.Commit) -> Release:
+        trailers = parse_trailers(commit.message)
+        number = trailers.get("Reef-Release", "")
+        if not number.isdigit():
+            raise StoreError(f"release commit {commit.id} has no Reef-Release trailer")
+        return Release(
+            number=int(number),
+            commit=str(commit.id),
+            tree=str(commit.tree_id),
+            operation=trailers.get("Reef-Operation", "creation"),
+            ask=_decode(trailers.get("Reef-Ask")),
+            verdict=trailers.get("Reef-Verdict"),
+            source=trailers.get("Reef-Source"),
+            created_at=commit.commit_time,
+        )
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        tree: str | pygit2.Oid,
+        *,
+        expected: str | None,
+        operation: str,
+        ask: str | None = None,
+        verdict: str | None = None,
+        source: str | None = None,
+    ) -> Release:
+        """Append a release whose content is ``tree``, if the chain's tip is still ``expected``.
+
+        ``expected`` is the tip commit the caller built on (``None`` for the first release).
+        If another publisher moved the chain first, raises :class:`ConflictError` and writes
+        nothing visible.
+        """
+        if operation not in OPERATIONS:
+            raise InvalidInput(f"unknown release operation {operation!r}", field="operation")
+        repo = self._repo
+        tree_oid = pygit2.Oid(hex=str(tree))
+        if not isinstance(repo.get(tree_oid), pygit2.Tree):
+            raise InvalidInput(f"{tree} is not a tree in this repository", field="tree")
+        parents: list[pygit2.Oid] = []
+        number = 1
+        if expected is not None:
+            parent = repo.get(expected)
+            if not isinstance(parent, pygit2.Commit):
+                raise ConflictError(f"expected release {expected} does not exist")
+            parents = [parent.id]
+            number = self._release_of(parent).number + 1
+        subject = f"v{number} {operation}"
+        if ask:
+            subject += ": " + _short(ask)
+        trailers = [f"Reef-Release: {number}", f"Reef-Operation: {operation}"]
+        if ask is not None:
+            trailers.append(f"Reef-Ask: {_encode(ask)}")
+        if verdict:
+            trailers.append(f"Reef-Verdict: {' '.join(verdict.split())}")
+        if source:
+            trailers.append(f"Reef-Source: {' '.join(source.split())}")
+        message = subject + "\n\n" + "\n".join(trailers) + "\n"
+        sig = signature()
+        commit = repo.create_commit(None, sig, sig, message, tree_oid, parents)
+        self._swap(RELEASE_REF, expected, commit, message=subject)
+        release = self._release_of(commit_at(repo, commit))
+        self._ensure_tag(release, ask=ask, verdict=verdict)
+        return release
+
+    def rollback(self, release: int | str, *, expected: str | None) -> Release:
+        """Publish the content of an earlier release again, as a new release."""
+        target = self.get(release)
+        return self.publish(
+            target.tree,
+            expected=expected,
+            operation="rollback",
+            ask=target.ask,
+            verdict=f"rollback to {target.name}",
+            source=target.name,
+        )
+
+    def _swap(self, name: str, expected: str | None, new: pygit2.Oid, *, message: str) -> None:
+        """Move ``name`` from ``expected`` to ``new``, or raise ConflictError."""
+        repo = self._repo
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            ref = repo.references.get(name)
+            current = None if ref is None else str(ref.target)
+            if current != expected:
+                raise ConflictError(f"{name} moved: expected {expected or 'no release'}, found {current}")
+            if ref is None:
+                if not create_ref_exclusive(repo, name, new, message):
+                    raise ConflictError(f"{name} was created by someone else first")
+                return
+            try:
+                ref.set_target(new, message)  # libgit2 compares the old value under the lock
+                return
+            except (pygit2.GitError, OSError) as exc:
+                if _is_lock_error(exc) and time.monotonic() < deadline:
+                    time.sleep(0.002)  # another writer holds the ref lock: see who won
+                    continue
+                raise ConflictError(f"{name} moved while publishing: {exc}") from exc
+
+    def _ensure_tag(self, release: Release, *, ask: str | None, verdict: str | None) -> None:
+        repo = self._repo
+        lines = [f"{release.name} {release.operation}", ""]
+        if ask:
+            lines.append(f"ask: {ask}")
+        if verdict:
+            lines.append(f"verdict: {verdict}")
+        lines += ["", f"Reef-Release: {release.number}", f"Reef-Operation: {release.operation}"]
+        tagger = signature()
+        tag = (
+            f"object {release.commit}\ntype commit\ntag {release.name}\n"
+            f"tagger {tagger.name} <{tagger.email}> {tagger.time} +0000\n\n" + "\n".join(lines) + "\n"
+        )
+        oid = repo.odb.write(pygit2.enums.ObjectType.TAG, tag.encode())
+        name = f"refs/tags/{release.name}"
+        if not create_ref_exclusive(repo, name, oid, f"tag {release.name}"):
+            existing = repo.references[name].peel(pygit2.Commit)
+            if str(existing.id) != release.commit:
+                raise StoreError(
+                    f"tag {release.name} points at {existing.id}, not at the chain's {release.commit}"
+                )
+
+    def repair_tags(self) -> list[int]:
+        """Create the tags of releases whose publisher died before tagging; returns their numbers."""
+        missing = []
+        for release in self:
+            if self._repo.references.get(f"refs/tags/{release.name}") is not None:
+                break
+            missing.append(release)
+        for release in reversed(missing):
+            self._ensure_tag(release, ask=release.ask, verdict=release.verdict)
+        return sorted(r.number for r in missing)
+
+    # -- candidates and pending releases -------------------------------------------------
+
+    def create_candidate(
+        self,
+        tree: str | pygit2.Oid,
+        *,
+        base: Release | None,
+        verdict: str,
+        ask: str | None = None,
+        record: dict[str, Any] | None = None,
+    ) -> Candidate:
+        """Store a candidate under the next free step number (never overwrites)."""
+        repo = self._repo
+        tree_oid = pygit2.Oid(hex=str(tree))
+        body = json.dumps(record or {}, ensure_ascii=False, indent=2, sort_keys=True)
+        parents = [pygit2.Oid(hex=base.commit)] if base else []
+        step = self._next_step()
+        while True:
+            subject = f"candidate {step}"
+            if ask:
+                subject += ": " + _short(ask)
+            subject += f" → {verdict}"
+            trailers = [
+                f"Reef-Step: {step}",
+                f"Reef-Base: {base.name if base else 'none'}",
+                f"Reef-Verdict: {' '.join(verdict.split())}",
+            ]
+            if ask is not None:
+                trailers.append(f"Reef-Ask: {_encode(ask)}")
+            message = f"{subject}\n\n{body}\n\n" + "\n".join(trailers) + "\n"
+            sig = signature()
+            commit = repo.create_commit(None, sig, sig, message, tree_oid, parents)
+            if not create_ref_exclusive(repo, f"{CANDIDATES_PREFIX}{step}", commit, subject):
+                step += 1  # another worker took this number first
+                continue
+            return self.candidate(step)
+
+    def _steps(self, prefix: str) -> list[int]:
+        names = self._repo.references.iterator()
+        steps = []
+        for ref in names:
+            if ref.name.startswith(prefix):
+                tail = ref.name[len(prefix) :]
+                if tail.isdigit():
+                    steps.append(int(tail))
+        return sorted(steps)
+
+    def _next_step(self) -> int:
+        steps = self._steps(CANDIDATES_PREFIX)
+        return steps[-1] + 1 if steps else 1
+
+    def candidate(self, step: int) -> Candidate:
+        ref = self._repo.references.get(f"{CANDIDATES_PREFIX}{step}")
+        if ref is None:
+            raise NotFound(f"no candidate {step}", field="step")
+        commit = commit_at(self._repo, ref.target)
+        paragraphs = commit.message.split("\n\n")
+        trailers = parse_trailers(commit.message)
+        try:
+            record = json.loads(paragraphs[1]) if len(paragraphs) > 2 else {}
+        except ValueError:
+            record = {}
+        return Candidate(
+            step=step,
+            commit=str(commit.id),
+            tree=str(commit.tree_id),
+            base=str(commit.parents[0].id) if commit.parents else None,
+            verdict=trailers.get("Reef-Verdict", ""),
+            ask=_decode(trailers.get("Reef-Ask")),
+            record=record,
+        )
+
+    def candidates(self) -> list[Candidate]:
+        return [self.candidate(step) for step in self._steps(CANDIDATES_PREFIX)]
+
+    def pending(self) -> list[int]:
+        return self._steps(PENDING_PREFIX)
+
+    def rejected(self) -> list[int]:
+        return self._steps(REJECTED_PREFIX)
+
+    def mark_pending(self, step: int) -> None:
+        candidate = self.candidate(step)
+        if not create_ref_exclusive(self._repo, f"{PENDING_PREFIX}{step}", pygit2.Oid(hex=candidate.commit)):
+            raise ConflictError(f"candidate {step} is already pending")
+
+    def promote(self, step: int, *, expected: str | None) -> Release:
+        """Publish a pending candidate as a new release and clear it from pending."""
+        name = f"{PENDING_PREFIX}{step}"
+        with self._claim(name) as txn:
+            candidate = self.candidate(step)
+            done = next((r for r in self if r.source == f"candidate {step}"), None)
+            if done is None:
+                done = self.publish(
+                    candidate.tree,
+                    expected=expected,
+                    operation="promote",
+                    ask=candidate.ask,
+                    verdict="approved",
+                    source=f"candidate {step}",
+                )
+                txn.remove(name)
+                return done
+            txn.remove(name)  # a promoter died after publishing: finish its clean-up
+        raise ConflictError(f"candidate {step} was already promoted as {done.name}")
+
+    def reject(self, step: int) -> None:
+        """Turn down a pending candidate: it leaves pending and is marked rejected."""
+        name = f"{PENDING_PREFIX}{step}"
+        with self._claim(name) as txn:
+            candidate = self.candidate(step)
+            # False means an earlier reject died before clearing pending: finish it
+            create_ref_exclusive(self._repo, f"{REJECTED_PREFIX}{step}", pygit2.Oid(hex=candidate.commit))
+            txn.remove(name)
+
+    def _claim(self, name: str) -> _Claim:
+        return _Claim(self._repo, name)
+
+
+class _Claim:
+    """Holds the lock of a pending ref for the length of a promote or reject."""
+
+    def __init__(self, repo: pygit2.Repository, name: str) -> None:
+        self._repo = repo
+        self._name = name
+        self._txn: Any = None
+
+    def __enter__(self) -> Any:
+        self._txn = self._repo.transaction()
+        txn = self._txn.__enter__()
+        try:
+            txn.lock_ref(self._name)
+        except (pygit2.GitError, OSError) as exc:
+            self._txn.__exit__(type(exc), exc, None)
+            raise ConflictError(f"{self._name} is being changed by someone else") from exc
+        if self._repo.references.get(self._name) is None:
+            error = NotFound(f"nothing pending at {self._name.rsplit('/', 1)[-1]}", field="step")
+            self._txn.__exit__(NotFound, error, None)
+            raise error
+        return txn
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._txn.__exit__(*exc_info)
+
+
+def _short(text: str, limit: int = 72) -> str:
+    flat = " ".join(text.split())
+    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return f'"{flat}"'

@@ -1,0 +1,221 @@
+"""Bare scenario repositories on disk: creation, the writer lock, recovery after a crash.
+
+Only ``reef_core.store`` imports pygit2.  libgit2 objects must not cross threads, so code that
+reads from several threads opens one :class:`pygit2.Repository` per thread (:class:`RepoHandle`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pygit2
+
+from reef_core.errors import ScenarioLocked, StoreError
+
+__all__ = [
+    "RepoHandle",
+    "WriterLock",
+    "blob_at",
+    "clear_stale_ref_locks",
+    "commit_at",
+    "create_ref_exclusive",
+    "init_bare",
+    "signature",
+    "tree_at",
+]
+
+_LOCK_FILE = "reef-writer.lock"
+# A ref lock held by a live git process lasts milliseconds; one that survives this long
+# unchanged belongs to a writer that died.
+_STALE_GRACE_S = 0.25
+_REF_LOCK_WAIT_S = 2.0
+
+
+def signature() -> pygit2.Signature:
+    return pygit2.Signature("reef", "reef@localhost", int(time.time()), 0)
+
+
+def init_bare(path: Path) -> bool:
+    """Create a bare repository at ``path`` atomically; False if it already existed.
+
+    The repository is built under a temporary name and renamed into place, so a crash never
+    leaves a half-initialised scenario behind.
+    """
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        repo = pygit2.init_repository(str(tmp), bare=True)
+        config = repo.config
+        # reef packs in the background itself; git's own auto-gc would race with it.
+        config["gc.auto"] = 0
+        config["core.logAllRefUpdates"] = False
+        # a clone checks out the current release, the thing a person wants to look at
+        repo.references.create("HEAD", "refs/heads/release", force=True)
+        (tmp / "description").write_text(f"reef scenario {path.stem}\n")
+        repo.free()
+        os.rename(tmp, path)
+        return True
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if path.exists():  # another process created it first
+            return False
+        raise StoreError(f"cannot create repository {path}: {exc}") from exc
+    except pygit2.GitError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StoreError(f"cannot create repository {path}: {exc}") from exc
+
+
+class RepoHandle:
+    """Hands each thread its own :class:`pygit2.Repository` for one path."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._generation = 0
+        if not (path / "HEAD").exists():
+            raise StoreError(f"{path} is not a git repository")
+
+    @property
+    def repo(self) -> pygit2.Repository:
+        local = self._local
+        repo = getattr(local, "repo", None)
+        if repo is None or local.generation != self._generation:
+            try:
+                repo = pygit2.Repository(str(self.path))
+            except pygit2.GitError as exc:
+                raise StoreError(f"cannot open repository {self.path}: {exc}") from exc
+            local.repo, local.generation = repo, self._generation
+        return repo
+
+    def invalidate(self) -> None:
+        """Make every thread reopen: after a repack, old packs are gone from disk, and a
+        long-lived handle would keep them open (and their space in use) for ever."""
+        self._generation += 1
+
+
+class WriterLock:
+    """An exclusive lock that makes one process the writer of a repository.
+
+    ``flock`` is released by the kernel when the process dies, however it dies, so a crash
+    never leaves the scenario locked.
+    """
+
+    def __init__(self, repo_path: Path) -> None:
+        self.path = repo_path / _LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            holder = _read_holder(self.path)
+            raise ScenarioLocked(
+                f"scenario {self.path.parent.stem} is already open for writing{holder}"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+def _read_holder(path: Path) -> str:
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        return ""
+    return f" by process {pid}" if pid else ""
+
+
+def clear_stale_ref_locks(repo_path: Path) -> list[Path]:
+    """Remove ref lock files left by a writer that was killed mid-update.
+
+    Call only while holding the :class:`WriterLock`.  A lock file is removed only if it is
+    still there, unchanged, after a grace period: a live ``git`` command (a person running
+    ``git tag`` beside the daemon) holds its lock for far less than that.
+    """
+    candidates = [p for p in (repo_path / "refs").rglob("*.lock")]
+    packed = repo_path / "packed-refs.lock"
+    if packed.exists():
+        candidates.append(packed)
+    if not candidates:
+        return []
+    seen = {p: _identity(p) for p in candidates}
+    time.sleep(_STALE_GRACE_S)
+    removed = []
+    for lock, before in seen.items():
+        if before is not None and _identity(lock) == before:
+            try:
+                lock.unlink()
+                removed.append(lock)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def commit_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Commit:
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Commit):
+        raise StoreError(f"{oid} is not a commit")
+    return obj
+
+
+def tree_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Tree:
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Tree):
+        raise StoreError(f"{oid} is not a tree")
+    return obj
+
+
+def blob_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Blob:
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Blob):
+        raise StoreError(f"{oid} is not a blob")
+    return obj
+
+
+def create_ref_exclusive(repo: pygit2.Repository, name: str, target: pygit2.Oid, message: str = "") -> bool:
+    """Create ``name`` pointing at ``target`` unless it exists; False if it already did.
+
+    libgit2's ``force=False`` checks for the ref before taking its lock, so two processes can
+    both "create" it and the second silently overwrites the first.  Here the lock is taken
+    first (an ``O_EXCL`` lock file), then the check, then the write: exactly one creator wins.
+    """
+    deadline = time.monotonic() + _REF_LOCK_WAIT_S
+    while True:
+        try:
+            with repo.transaction() as txn:
+                txn.lock_ref(name)
+                if repo.references.get(name) is not None:
+                    return False  # leaving the block unlocks without writing
+                txn.set_target(name, target, message=message or None)
+            return True
+        except (pygit2.GitError, OSError) as exc:
+            if "lock" in str(exc).lower() and time.monotonic() < deadline:
+                time.sleep(0.002)  # another process is writing this ref: wait, then look again
+                continue
+            raise StoreError(f"cannot create {name}: {exc}") from exc

@@ -1,0 +1,179 @@
+"""The state directory: which scenarios exist, opening them for reading or writing.
+
+    <state>/scenarios/<name>.git      one bare repository per scenario
+    <state>/archive/<name>-<time>.git archived scenarios, kept whole
+
+A :class:`Scenario` opened for writing holds the repository's writer lock, runs the group
+commit writer and the background packer, and repairs what a killed predecessor left behind
+(stale ref locks, a release without its tag).  A :class:`ScenarioReader` takes no lock and can
+sit beside a running daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from reef_core.errors import NotFound, StoreError
+from reef_core.ids import validate_scenario_name
+from reef_core.store.data import DataReader
+from reef_core.store.packer import Packer
+from reef_core.store.packs import remove_incomplete_packs
+from reef_core.store.releases import ReleaseChain
+from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
+from reef_core.store.writer import GroupCommitWriter
+
+__all__ = [
+    "Scenario",
+    "ScenarioReader",
+    "Store",
+    "StoreOptions",
+]
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    max_batch: int = 256
+    pack_every: int = 2000  # items (or 1/50 as many batches) between repacks; 0: never
+    fsync: bool = False
+
+
+class ScenarioReader:
+    """Read-only view of one scenario; takes no lock."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.path = path
+        self.handle = RepoHandle(path)
+        self.data = DataReader(self.handle)
+        self.releases = ReleaseChain(self.handle)
+
+
+class Scenario(ScenarioReader):
+    """One scenario opened for writing by this process."""
+
+    def __init__(self, name: str, path: Path, options: StoreOptions) -> None:
+        self._lock = WriterLock(path)
+        self._lock.acquire()
+        try:
+            super().__init__(name, path)
+            self.recovered_locks = clear_stale_ref_locks(path)
+            self.recovered_packs = remove_incomplete_packs(path / "objects")
+            self.releases.repair_tags()
+            self.packer = Packer(path, every=options.pack_every, on_repacked=self.handle.invalidate)
+            self.writer = GroupCommitWriter(
+                self.handle,
+                max_batch=options.max_batch,
+                fsync=options.fsync,
+                on_batch=self.packer.note_written,
+            )
+        except BaseException:
+            self._lock.release()
+            raise
+        self._closed = False
+
+    def append(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        *,
+        summary: str = "",
+        trailers: Mapping[str, str] | None = None,
+    ) -> Future[str]:
+        """Queue an item; the future resolves to its id once it is committed."""
+        return self.writer.submit(kind, body, summary=summary, trailers=trailers)
+
+    def append_sync(self, kind: str, body: Mapping[str, Any], **kwargs: Any) -> str:
+        return self.append(kind, body, **kwargs).result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.writer.close()
+            self.packer.close()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> Scenario:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Store:
+    """All scenarios under one state directory."""
+
+    def __init__(self, state_dir: Path, options: StoreOptions | None = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.options = options or StoreOptions()
+        self.scenarios_dir = self.state_dir / "scenarios"
+        self.archive_dir = self.state_dir / "archive"
+        if self.options.fsync:
+            # global in libgit2 and read when a repository is opened: set before any open
+            pygit2.settings.enable_fsync_gitdir(True)
+
+    def path_of(self, name: str) -> Path:
+        return self.scenarios_dir / f"{validate_scenario_name(name)}.git"
+
+    def names(self) -> list[str]:
+        if not self.scenarios_dir.is_dir():
+            return []
+        return sorted(
+            p.name[: -len(".git")]
+            for p in self.scenarios_dir.iterdir()
+            if p.name.endswith(".git") and not p.name.startswith(".") and (p / "HEAD").exists()
+        )
+
+    def exists(self, name: str) -> bool:
+        return (self.path_of(name) / "HEAD").exists()
+
+    def create(self, name: str) -> bool:
+        """Create scenario ``name``; False if it already existed."""
+        return init_bare(self.path_of(name))
+
+    def open(self, name: str, *, create: bool = False) -> Scenario:
+        path = self.path_of(name)
+        if create:
+            init_bare(path)
+        elif not (path / "HEAD").exists():
+            raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
+        return Scenario(name, path, self.options)
+
+    def reader(self, name: str) -> ScenarioReader:
+        path = self.path_of(name)
+        if not (path / "HEAD").exists():
+            raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
+        return ScenarioReader(name, path)
+
+    def archive(self, name: str) -> Path:
+        """Move a scenario out of service, whole.  Fails if a process is writing it."""
+        path = self.path_of(name)
+        if not (path / "HEAD").exists():
+            raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
+        lock = WriterLock(path)
+        lock.acquire()  # raises ScenarioLocked while a daemon has it open
+        try:
+            self.archive_dir.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            target = self.archive_dir / f"{name}-{stamp}.git"
+            n = 1
+            while target.exists():
+                n += 1
+                target = self.archive_dir / f"{name}-{stamp}-{n}.git"
+            try:
+                os.rename(path, target)
+            except OSError as exc:
+                raise StoreError(f"cannot archive {name}: {exc}") from exc
+        finally:
+            lock.release()
+        return target

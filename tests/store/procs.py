@@ -1,0 +1,64 @@
+"""Worker processes for the crash and race tests: ``python -m tests.store.procs COMMAND …``."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from reef_core.errors import ConflictError
+from reef_core.store import ReleaseChain, Store, StoreOptions, build_tree
+from reef_core.store.repo import RepoHandle
+
+
+def append_until_killed(state_dir: str, threads: int) -> None:
+    """Append from several threads and print each id once acknowledged, until SIGKILLed."""
+    scenario = Store(Path(state_dir), StoreOptions(pack_every=300)).open("crash", create=True)
+    out_lock = threading.Lock()
+
+    def loop(k: int) -> None:
+        n = 0
+        while True:
+            item_id = scenario.append_sync("record", {"thread": k, "n": n, "pad": "x" * (n % 200)})
+            with out_lock:
+                sys.stdout.write(item_id + "\n")
+                sys.stdout.flush()
+            n += 1
+
+    print("ready", flush=True)
+    for k in range(threads):
+        threading.Thread(target=loop, args=(k,), daemon=True).start()
+    while True:
+        time.sleep(1)
+
+
+def publish_rounds(repo_path: str, worker: int, rounds: int, start_at: float) -> None:
+    """Race the other workers: each round, all read the tip, wait for the same instant, publish.
+
+    Prints ``round won|lost`` lines.  Rounds are paced by the wall clock so every worker
+    attempts round r at the same moment, from the tip they all saw.
+    """
+    chain = ReleaseChain(RepoHandle(Path(repo_path)))
+    repo = chain._handle.repo
+    for r in range(rounds):
+        moment = start_at + r * 0.15
+        time.sleep(max(0.0, moment - 0.07 - time.time()))
+        tip = chain.tip()
+        tree = build_tree(repo, {"worker": str(worker).encode(), "round": str(r).encode()})
+        time.sleep(max(0.0, moment - time.time()))
+        try:
+            release = chain.publish(tree, expected=tip.commit if tip else None, operation="evolve")
+            print(f"{r} won {release.number}", flush=True)
+        except ConflictError:
+            print(f"{r} lost", flush=True)
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command == "append":
+        append_until_killed(args[0], int(args[1]))
+    elif command == "publish":
+        publish_rounds(args[0], int(args[1]), int(args[2]), float(args[3]))
+    else:
+        raise SystemExit(f"unknown command {command}")

@@ -1,0 +1,51 @@
+"""The architecture, kept true: who may import what, and tidy public APIs."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _modules(package: str):
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules("reef_core"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_reef_core_stays_a_library(path: Path):
+    forbidden = {"typer", "rich", "textual", "click", "reef_cli", "recipes", "adapters"}
+    assert not _imports(path) & forbidden
+
+
+def test_pygit2_lives_only_in_the_store():
+    ours = [
+        p for package in ("reef_core", "reef_cli", "recipes", "adapters", "bench") for p in _modules(package)
+    ]
+    users = [p for p in ours if "pygit2" in _imports(p)]
+    outside = [p.relative_to(ROOT) for p in users if not p.is_relative_to(ROOT / "reef_core" / "store")]
+    assert outside == []
+
+
+@pytest.mark.parametrize(
+    "module", ["reef_core.errors", "reef_core.ids", "reef_core.config", "reef_core.store"]
+)
+def test_public_api_is_declared_and_complete(module: str):
+    mod = importlib.import_module(module)  # ruff's RUF022 keeps each __all__ sorted
+    assert len(set(mod.__all__)) == len(mod.__all__)
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.__all__ names missing {name}"
