@@ -33,9 +33,7 @@ def test_reef_core_stays_a_library(path: Path):
 
 
 def test_pygit2_lives_only_in_the_store():
-    ours = [
-        p for package in ("reef_core", "reef_cli", "recipes", "adapters", "bench") for p in _modules(package)
-    ]
+    ours = [p for package in ("reef_core", "reef_cli", "recipes", "adapters") for p in _modules(package)]
     users = [p for p in ours if "pygit2" in _imports(p)]
     outside = [p.relative_to(ROOT) for p in users if not p.is_relative_to(ROOT / "reef_core" / "store")]
     assert outside == []
