@@ -97,7 +97,7 @@ class StorageSettings:
     state_dir: Path = _setting(Path(".reef"), "where scenario repositories live")
     fsync: bool = _setting(False, "fsync every object (survives power loss; slower)")
     max_batch: int = _setting(256, "most items written per group commit")
-    pack_every: int = _setting(2000, "items between background repacks (0: never)")
+    pack_every: int = _setting(2000, "items (or 1/20 as many batches) between background repacks (0: never)")
 
 
 _SECTIONS: dict[str, type] = {

@@ -1,7 +1,7 @@
 """Background packing, so a scenario stays compact as it grows.
 
 The writer puts each batch in a small pack of its own (``packs.py``), fast but neither
-compact (no deltas) nor few.  After ``every`` items, or ``every // 50`` batches, the packer
+compact (no deltas) nor few.  After ``every`` items, or ``every // 20`` batches, the packer
 runs an incremental, geometric repack with the git CLI in a background thread:
 
 * ``git repack -d --geometric=2`` merges packs (and any loose objects) so pack sizes stay a
@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class Packer:
         self._lock = threading.Lock()
         self.runs = 0
         self.failures = 0
+        self.seconds = 0.0  # spent in git repack, all runs together
         self._thread = threading.Thread(target=self._run, name=f"reef-packer:{repo_path.stem}", daemon=True)
         self._thread.start()
 
@@ -73,7 +75,7 @@ class Packer:
         with self._lock:
             self._since += items
             self._batches += 1
-            due = self._since >= self._every or self._batches >= max(1, self._every // 50)
+            due = self._since >= self._every or self._batches >= max(1, self._every // 20)
         if due:
             self._wake.set()
 
@@ -107,7 +109,9 @@ class Packer:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a repack left by a killed daemon may still run
             # the child inherits the locked descriptor, so the lock lives exactly as long as git
+            started = time.perf_counter()
             result = subprocess.run(command, capture_output=True, text=True, timeout=600, pass_fds=(lock,))
+            self.seconds += time.perf_counter() - started
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.failures += 1
             log.warning("repack of %s failed: %s", self._path, exc)

@@ -41,7 +41,7 @@ __all__ = [
 @dataclass(frozen=True)
 class StoreOptions:
     max_batch: int = 256
-    pack_every: int = 2000  # items (or 1/50 as many batches) between repacks; 0: never
+    pack_every: int = 2000  # items (or 1/20 as many batches) between repacks; 0: never
     fsync: bool = False
 
 
