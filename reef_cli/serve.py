@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from reef_cli import output as out
+from reef_core import __version__, daemon
 from reef_core.config import load_settings
+from reef_core.errors import ReefError
 
 __all__ = [
     "serve",
@@ -42,6 +46,19 @@ def serve(
             table.add_row(key, value, source)
         out.output.console.print(table)
         return
-    from reef_core.errors import ReefError
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings.storage.state_dir.mkdir(parents=True, exist_ok=True)
 
-    raise ReefError("the daemon is not built yet; only --print-config works in this version")
+    def ready(url: str) -> None:
+        upstream = settings.inference.upstream_url or "none configured"
+        out.output.errors.print(
+            f"reef {__version__} serving on {url}  upstream: {upstream}  state: {settings.storage.state_dir}",
+            highlight=False,
+        )
+
+    try:
+        asyncio.run(daemon.serve(settings, ready=ready))
+    except OSError as exc:  # the port is taken, the host is not ours
+        raise ReefError(
+            f"cannot listen on {settings.reef.host}:{settings.reef.port}: {exc.strerror}"
+        ) from exc

@@ -6,7 +6,13 @@
     ├── NotFound              a scenario, item, release or candidate that does not exist
     ├── ConflictError         a compare-and-swap lost: someone else moved the ref first
     │   └── ScenarioLocked    another process already writes this scenario
-    └── StoreError            the repository could not be read or written
+    ├── Unauthorized          a request without a valid token
+    ├── PayloadTooLarge       a request body over the configured limit
+    ├── StoreError            the repository could not be read or written
+    └── UpstreamError         the model endpoint failed us
+        ├── UpstreamRejected  it answered 4xx (status and body kept, relayed to the caller)
+        ├── UpstreamUnavailable  connection refused or reset, 5xx, no upstream configured
+        └── UpstreamTimeout   it did not answer in time
 
 The daemon maps these to HTTP statuses in one table and the CLI to exit codes in one place;
 everything else stays in domain terms.  Third-party errors (pygit2, OSError) are translated
@@ -20,9 +26,15 @@ __all__ = [
     "ConflictError",
     "InvalidInput",
     "NotFound",
+    "PayloadTooLarge",
     "ReefError",
     "ScenarioLocked",
     "StoreError",
+    "Unauthorized",
+    "UpstreamError",
+    "UpstreamRejected",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
 ]
 
 
@@ -58,5 +70,37 @@ class ScenarioLocked(ConflictError):
     code = "scenario_locked"
 
 
+class Unauthorized(ReefError):
+    code = "unauthorized"
+
+
+class PayloadTooLarge(ReefError):
+    code = "payload_too_large"
+
+
 class StoreError(ReefError):
     code = "store_error"
+
+
+class UpstreamError(ReefError):
+    code = "upstream_error"
+
+
+class UpstreamRejected(UpstreamError):
+    """The upstream refused the request (4xx); its status and body are relayed."""
+
+    code = "upstream_rejected"
+
+    def __init__(self, message: str, *, status: int, body: bytes, content_type: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+class UpstreamUnavailable(UpstreamError):
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    code = "upstream_timeout"

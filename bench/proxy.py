@@ -1,0 +1,187 @@
+"""Proxy benchmark: reef's added latency and throughput against the same upstream called directly.
+
+    python bench/proxy.py [--requests 500] [--quick]
+
+Three processes, as in production: the scripted upstream (tests/fakes/upstream.py), a real
+``reef serve`` with recording on, and this load generator.  Every measurement is taken both
+ways in the same run, interleaved so drift hits both alike:
+
+* concurrency 1, non-streaming: latency p50/p99, direct and through reef, and the difference;
+* concurrency 1, streaming: time to first byte, and to the last;
+* concurrency 64, non-streaming and streaming: requests per second, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "Say hello in a short sentence."}]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_upstream() -> tuple[subprocess.Popen[str], str]:
+    code = (
+        "import time; from tests.fakes.upstream import ScriptedUpstream; "
+        "u = ScriptedUpstream(); u.default_text = 'Hello there, this is a short answer.'; u.start(); "
+        "print(u.url, flush=True); time.sleep(10**9)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def start_reef(upstream: str, state: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    reef = Path(sys.executable).with_name("reef")
+    proc = subprocess.Popen(
+        [
+            str(reef),
+            "serve",
+            "--inference.upstream-url",
+            upstream,
+            "--reef.port",
+            str(port),
+            "--storage.state-dir",
+            state,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, url
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("reef did not start")
+
+
+async def one(session: aiohttp.ClientSession, url: str, stream: bool) -> tuple[float, float]:
+    """(seconds to the first body byte, seconds to the end) for one chat completion."""
+    body = {**BODY, "stream": stream}
+    started = time.perf_counter()
+    async with session.post(
+        f"{url}/v1/chat/completions", json=body, headers={"x-reef-scenario": "bench"}
+    ) as r:
+        first = None
+        async for _ in r.content.iter_any():
+            if first is None:
+                first = time.perf_counter() - started
+        if r.status != 200:
+            raise RuntimeError(f"{url} answered {r.status}")
+    return first or 0.0, time.perf_counter() - started
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def sequential(
+    session, direct: str, reef: str, n: int, stream: bool
+) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {"direct": [], "reef": []}
+    for i in range(n):
+        order = [("direct", direct), ("reef", reef)] if i % 2 == 0 else [("reef", reef), ("direct", direct)]
+        for name, url in order:
+            out[name].append(await one(session, url, stream))
+    return out
+
+
+async def concurrent(session, url: str, n: int, workers: int, stream: bool) -> float:
+    todo = iter(range(n))
+
+    async def worker() -> None:
+        for _ in todo:
+            await one(session, url, stream)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return n / (time.perf_counter() - started)
+
+
+async def run(args: argparse.Namespace, direct: str, reef: str) -> None:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await sequential(session, direct, reef, 30, False)  # warm both paths
+        ms = 1000.0
+        lat = await sequential(session, direct, reef, args.requests, False)
+        d = [t for _, t in lat["direct"]]
+        r = [t for _, t in lat["reef"]]
+        print(
+            f"c=1 non-stream   direct p50 {pct(d, 0.5) * ms:6.2f} ms  p99 {pct(d, 0.99) * ms:6.2f} ms | "
+            f"reef p50 {pct(r, 0.5) * ms:6.2f} ms  p99 {pct(r, 0.99) * ms:6.2f} ms | "
+            f"added p50 {(pct(r, 0.5) - pct(d, 0.5)) * ms:5.2f} ms  "
+            f"p99 {(pct(r, 0.99) - pct(d, 0.99)) * ms:5.2f} ms"
+        )
+        st = await sequential(session, direct, reef, max(100, args.requests // 2), True)
+        df = [f for f, _ in st["direct"]]
+        rf = [f for f, _ in st["reef"]]
+        dt = [t for _, t in st["direct"]]
+        rt = [t for _, t in st["reef"]]
+        print(
+            f"c=1 stream TTFB  direct p50 {pct(df, 0.5) * ms:6.2f} ms | "
+            f"reef p50 {pct(rf, 0.5) * ms:6.2f} ms | "
+            f"added p50 {(pct(rf, 0.5) - pct(df, 0.5)) * ms:5.2f} ms  "
+            f"p99 {(pct(rf, 0.99) - pct(df, 0.99)) * ms:5.2f} ms;  whole stream added p50 "
+            f"{(statistics.median(rt) - statistics.median(dt)) * ms:5.2f} ms"
+        )
+        n = args.requests * 6
+        for stream in (False, True):
+            direct_rate = await concurrent(session, direct, n, 64, stream)
+            reef_rate = await concurrent(session, reef, n, 64, stream)
+            kind = "stream    " if stream else "non-stream"
+            print(
+                f"c=64 {kind}  direct {direct_rate:7.0f} req/s | reef {reef_rate:7.0f} req/s recorded | "
+                f"ratio {reef_rate / direct_rate:4.2f}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.requests = 100
+    with tempfile.TemporaryDirectory(prefix="reef-proxy-bench-") as state:
+        upstream, direct = start_upstream()
+        reef_proc, reef = start_reef(direct, state)
+        try:
+            asyncio.run(run(args, direct, reef))
+        finally:
+            reef_proc.terminate()
+            reef_proc.wait(30)
+            upstream.kill()
+        repo = Path(state) / "scenarios" / "bench.git"
+        count = subprocess.run(
+            ["git", "-C", str(repo), "rev-list", "--count", "data"], capture_output=True, text=True
+        ).stdout.strip()
+        print(
+            f"records committed: {count}; cpu: {os.cpu_count()} cores "
+            "(upstream, reef and this client share them)"
+        )
+
+
+if __name__ == "__main__":
+    main()

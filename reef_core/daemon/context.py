@@ -1,0 +1,31 @@
+"""What every handler reaches through the app: settings, open scenarios, the upstream."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from reef_core.config import Settings
+from reef_core.daemon.registry import OpenScenarios
+from reef_core.daemon.reports import ReportDesk
+from reef_core.upstream import UpstreamClient
+
+__all__ = ["DAEMON", "Daemon", "daemon_of"]
+
+
+@dataclass
+class Daemon:
+    settings: Settings
+    scenarios: OpenScenarios
+    upstream: UpstreamClient
+    reports: ReportDesk
+    started: float = field(default_factory=time.time)
+
+
+DAEMON = web.AppKey("reef.daemon", Daemon)
+
+
+def daemon_of(request: web.Request) -> Daemon:
+    return request.app[DAEMON]

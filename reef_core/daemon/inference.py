@@ -1,0 +1,313 @@
+"""The inference routes: ``/v1/chat/completions``, ``/v1/messages`` and their companions.
+
+Each exchange is forwarded to the configured upstream (translated when the client speaks
+the other format), answered, and recorded; the answer carries the receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from reef_core.daemon.auth import presented_token
+from reef_core.daemon.context import Daemon, daemon_of
+from reef_core.daemon.errors import status_of
+from reef_core.daemon.recording import Exchange, commit_record
+from reef_core.daemon.relay import make_relay
+from reef_core.errors import InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
+from reef_core.ids import validate_scenario_name
+from reef_core.wire import translate
+from reef_core.wire.models import (
+    anthropic_models_to_openai,
+    estimate_input_tokens,
+    openai_models_to_anthropic,
+)
+from reef_core.wire.sse import SSEDecoder
+
+__all__ = ["routes"]
+
+log = logging.getLogger(__name__)
+
+RECEIPT_HEADER = "x-reef-agent-record-id"
+RELEASE_HEADER = "x-reef-release-id"
+_UPSTREAM_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+_ROUTE_NAMES = {"openai": "chat.completions", "anthropic": "messages"}
+
+routes = web.RouteTableDef()
+
+
+# -- reading the request -------------------------------------------------------------------
+
+
+def _scenario_header(request: web.Request) -> str:
+    raw = request.headers.get("x-reef-scenario", "").strip()
+    if not raw:
+        raise InvalidInput("the x-reef-scenario header is required on inference", field="x-reef-scenario")
+    return validate_scenario_name(raw, field="x-reef-scenario")
+
+
+def _capture(request: web.Request) -> bool:
+    raw = request.headers.get("x-reef-capture")
+    if raw is None:
+        return True
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidInput(f"x-reef-capture must be true or false, got {raw!r}", field="x-reef-capture")
+    return value == "true"
+
+
+def _tags(request: web.Request) -> dict[str, str]:
+    prefix = "x-reef-tag-"
+    return {
+        name[len(prefix) :].lower(): value
+        for name, value in request.headers.items()
+        if name.lower().startswith(prefix) and len(name) > len(prefix) and value
+    }
+
+
+async def _json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"the request body is not valid JSON: {exc}", field="body") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    return raw, body
+
+
+def _validate(body: dict[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("messages must be a non-empty list", field="messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidInput(f"messages[{i}] must be an object with a role", field=f"messages[{i}]")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidInput("model must be a string", field="model")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("stream must be true or false", field="stream")
+
+
+# -- talking to the upstream ---------------------------------------------------------------
+
+
+def _upstream_headers(
+    request: web.Request, daemon: Daemon, client_format: str, stream: bool
+) -> dict[str, str]:
+    settings = daemon.settings
+    upstream_format = settings.inference.upstream_api
+    headers = {"Content-Type": "application/json"}
+    key = settings.inference.upstream_api_key
+    if key is None and not settings.reef.tokens:
+        # no key of reef's own and reef is open: the client's own key goes through, as sent
+        key = presented_token(request)
+    if upstream_format == "openai":
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+    else:
+        if key:
+            headers["x-api-key"] = key
+        headers["anthropic-version"] = request.headers.get("anthropic-version", "2023-06-01")
+        beta = request.headers.get("anthropic-beta")
+        if beta and client_format == "anthropic":
+            headers["anthropic-beta"] = beta
+    if stream:
+        headers["Accept"] = "text/event-stream"
+    return headers
+
+
+def _upstream_body(raw: bytes, body: dict[str, Any], client_format: str, daemon: Daemon) -> bytes:
+    upstream_format = daemon.settings.inference.upstream_api
+    override = daemon.settings.inference.upstream_model
+    if client_format == upstream_format and not override:
+        return raw  # forwarded exactly as sent
+    if client_format == upstream_format:
+        translated = dict(body)
+    elif client_format == "openai":
+        translated = translate.openai_request_to_anthropic(body)
+    else:
+        translated = translate.anthropic_request_to_openai(body)
+    if override:
+        translated["model"] = override
+    return json.dumps(translated, ensure_ascii=False).encode()
+
+
+def _translate_answer(answer: Any, client_format: str, upstream_format: str) -> Any:
+    if client_format == upstream_format or not isinstance(answer, dict):
+        return answer
+    if upstream_format == "anthropic":
+        return translate.anthropic_response_to_openai(answer, created=int(time.time()))
+    return translate.openai_response_to_anthropic(answer)
+
+
+# -- the routes ----------------------------------------------------------------------------
+
+
+@routes.post("/v1/chat/completions")
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "openai")
+
+
+@routes.post("/v1/messages")
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "anthropic")
+
+
+async def _inference(request: web.Request, client_format: str) -> web.StreamResponse:
+    daemon = daemon_of(request)
+    name = _scenario_header(request)
+    capture = _capture(request)
+    raw, body = await _json_body(request)
+    _validate(body)
+    scenario = await daemon.scenarios.get(name) if capture else None
+    release = scenario.releases.tip() if scenario is not None else None
+    upstream_format = daemon.settings.inference.upstream_api
+    stream = bool(body.get("stream"))
+    exchange = Exchange(
+        route=_ROUTE_NAMES[client_format],
+        client_format=client_format,
+        upstream_format=upstream_format,
+        request=body,
+        request_bytes=len(raw),
+        stream=stream,
+        tags=_tags(request),
+        release=release.name if release else None,
+        upstream_model=daemon.settings.inference.upstream_model,
+    )
+    forward = _upstream_body(raw, body, client_format, daemon)
+    headers = _upstream_headers(request, daemon, client_format, stream)
+    query = request.query_string if upstream_format == "anthropic" and client_format == "anthropic" else ""
+    path = _UPSTREAM_PATHS[upstream_format]
+    response_headers = {RELEASE_HEADER: release.name} if release else {}
+    if stream:
+        return await _stream(
+            request, daemon, scenario, exchange, path, forward, headers, query, response_headers
+        )
+    try:
+        reply = await daemon.upstream.request("POST", path, headers=headers, body=forward, query=query)
+    except UpstreamError as exc:
+        exchange.status = status_of(exc)
+        exchange.error = exc.message
+        if scenario is not None:
+            await commit_record(scenario, exchange)
+        raise
+    exchange.mark_first_byte()
+    exchange.status = reply.status
+    try:
+        answer: Any = json.loads(reply.body)
+    except ValueError:
+        answer = reply.body.decode("utf-8", "replace")
+    client_answer = _translate_answer(answer, client_format, upstream_format)
+    exchange.response = client_answer
+    exchange.complete = True
+    if scenario is not None:
+        response_headers[RECEIPT_HEADER] = await commit_record(scenario, exchange)
+    if client_answer is answer:
+        return web.Response(
+            body=reply.body,
+            status=reply.status,
+            headers=response_headers,
+            content_type=reply.content_type.split(";")[0] or "application/json",
+        )
+    return web.json_response(client_answer, status=reply.status, headers=response_headers)
+
+
+async def _stream(request, daemon, scenario, exchange, path, forward, headers, query, response_headers):
+    try:
+        upstream = await daemon.upstream.stream(path, headers=headers, body=forward, query=query)
+    except UpstreamError as exc:
+        exchange.status = status_of(exc)
+        exchange.error = exc.message
+        if scenario is not None:
+            await commit_record(scenario, exchange)
+        raise
+    exchange.status = upstream.status
+    relay = make_relay(exchange.client_format, exchange.upstream_format, exchange.model or "")
+    response = web.StreamResponse(
+        status=200,
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            **response_headers,
+        },
+    )
+    client_gone = False
+    try:
+        await response.prepare(request)
+        decoder = SSEDecoder()
+        async for chunk in upstream.chunks():
+            for event in decoder.feed(chunk):
+                for out in relay.feed(event):
+                    await response.write(out.encode())
+                    exchange.mark_first_byte()
+            if relay.terminal_seen:
+                break
+        if not relay.complete:
+            exchange.error = "the upstream ended the stream without its final event"
+    except (ConnectionResetError, ConnectionError) as exc:
+        client_gone = True
+        exchange.error = f"client disconnected: {exc or type(exc).__name__}"
+    except ReefError as exc:  # the upstream broke mid-stream, or sent an error event
+        exchange.error = exc.message
+    except ValueError as exc:
+        exchange.error = f"the upstream sent an unreadable event: {exc}"
+    finally:
+        upstream.close()
+    exchange.complete = relay.complete and exchange.error is None
+    try:
+        exchange.response = relay.assembled()
+    except Exception as exc:  # an early break leaves little to assemble; keep what is known
+        exchange.response = None
+        log.debug("could not assemble a broken stream: %s", exc)
+    receipt = await commit_record(scenario, exchange) if scenario is not None else None
+    if client_gone:
+        return response
+    try:
+        if exchange.complete:
+            await response.write(relay.terminal(receipt))
+        else:
+            await response.write(relay.error_event(exchange.error or "stream failed", receipt))
+        await response.write_eof()
+    except (ConnectionResetError, ConnectionError):
+        log.info("client left before the end of its stream (receipt %s)", receipt)
+    return response
+
+
+@routes.post("/v1/messages/count_tokens")
+async def count_tokens(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    raw, body = await _json_body(request)
+    if daemon.settings.inference.upstream_api == "anthropic":
+        headers = _upstream_headers(request, daemon, "anthropic", False)
+        reply = await daemon.upstream.request(
+            "POST", "/v1/messages/count_tokens", headers=headers, body=raw, query=request.query_string
+        )
+        return web.Response(body=reply.body, status=reply.status, content_type="application/json")
+    # an OpenAI-compatible upstream has no such endpoint: an estimate, marked as one
+    return web.json_response(
+        {"input_tokens": estimate_input_tokens(body)}, headers={"x-reef-estimate": "true"}
+    )
+
+
+@routes.get("/v1/models")
+async def models(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    client_format = "anthropic" if "anthropic-version" in request.headers else "openai"
+    upstream_format = daemon.settings.inference.upstream_api
+    headers = _upstream_headers(request, daemon, client_format, False)
+    headers.pop("Content-Type", None)
+    reply = await daemon.upstream.request("GET", "/v1/models", headers=headers)
+    if client_format == upstream_format:
+        return web.Response(body=reply.body, status=reply.status, content_type="application/json")
+    try:
+        listing = json.loads(reply.body)
+    except ValueError as exc:
+        raise UpstreamUnavailable(f"the upstream's model list is not JSON: {exc}") from None
+    if upstream_format == "openai":
+        return web.json_response(openai_models_to_anthropic(listing))
+    return web.json_response(anthropic_models_to_openai(listing))

@@ -1,0 +1,95 @@
+"""What one proxied exchange becomes on the data branch.
+
+A record holds the request as the client sent it, the answer as the client saw it (a
+stream assembled into one message), the status, timings, the models on both sides, the
+release that served it and the client's tags.  It is committed through the scenario's
+group-commit writer; the receipt is returned only once the commit is on the branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef_core.store import Scenario
+
+__all__ = ["Exchange", "commit_record"]
+
+# bodies above this are serialised off the event loop
+_BIG = 512 * 1024
+
+
+@dataclass
+class Exchange:
+    route: str  # "chat.completions" or "messages"
+    client_format: str
+    upstream_format: str
+    request: dict[str, Any]
+    request_bytes: int
+    stream: bool
+    tags: dict[str, str]
+    release: str | None
+    upstream_model: str | None
+    started: float = field(default_factory=time.perf_counter)
+    ttfb_ms: float | None = None
+    status: int = 0
+    response: Any = None
+    complete: bool = False
+    error: str | None = None
+
+    @property
+    def model(self) -> str | None:
+        value = self.request.get("model")
+        return value if isinstance(value, str) else None
+
+    def mark_first_byte(self) -> None:
+        if self.ttfb_ms is None:
+            self.ttfb_ms = round((time.perf_counter() - self.started) * 1000, 2)
+
+    def document(self) -> dict[str, Any]:
+        total_ms = round((time.perf_counter() - self.started) * 1000, 2)
+        return {
+            "route": self.route,
+            "client_format": self.client_format,
+            "upstream_format": self.upstream_format,
+            "model": self.model,
+            "upstream_model": self.upstream_model or self.model,
+            "stream": self.stream,
+            "status": self.status,
+            "complete": self.complete,
+            "error": self.error,
+            "release": self.release,
+            "tags": self.tags,
+            "timings": {"total_ms": total_ms, "ttfb_ms": self.ttfb_ms},
+            "request": self.request,
+            "response": self.response,
+        }
+
+    def summary(self, total_ms: float) -> str:
+        parts = [self.route, f"model={self.model or '?'}", str(self.status), f"{total_ms:.0f}ms"]
+        if self.stream:
+            parts.append("stream")
+        if self.release:
+            parts.append(self.release)
+        if not self.complete:
+            parts.append("incomplete")
+        return " ".join(parts)
+
+
+async def commit_record(scenario: Scenario, exchange: Exchange) -> str:
+    """Append the exchange; resolves to the receipt once it is committed."""
+    document = exchange.document()
+    summary = exchange.summary(document["timings"]["total_ms"])
+    trailers = {"Status": str(exchange.status), "Route": exchange.route}
+    if exchange.model:
+        trailers["Model"] = exchange.model
+    if exchange.request_bytes > _BIG:
+        future = await asyncio.to_thread(
+            scenario.append, "record", document, summary=summary, trailers=trailers
+        )
+    else:
+        future = scenario.append("record", document, summary=summary, trailers=trailers)
+    # shielded: a client that goes away must not cancel the write of what it was served
+    return await asyncio.shield(asyncio.wrap_future(future))

@@ -1,0 +1,136 @@
+"""reef's own routes: health, reports, scenarios, audit reads, status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from reef_core import __version__
+from reef_core.daemon.context import daemon_of
+from reef_core.daemon.inference import _json_body, _scenario_header
+from reef_core.daemon.reports import parse_report
+from reef_core.errors import InvalidInput, NotFound
+from reef_core.ids import parse_item_id, validate_scenario_name
+from reef_core.store import ScenarioReader
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+_MAX_LIMIT = 1000
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, "version": __version__})
+
+
+@routes.post("/reef/report")
+async def report(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name = _scenario_header(request)
+    _, body = await _json_body(request)
+    parsed = parse_report(body)
+    if not daemon.scenarios.store.exists(name):
+        raise NotFound(f"no scenario {name!r}", field="x-reef-scenario")
+    scenario = await daemon.scenarios.get(name, create=False)
+    report_id, created = await daemon.reports.submit(scenario, parsed)
+    return web.json_response(
+        {"agent_record_id": report_id, "scenario": name, "request_type": "report", "created": created}
+    )
+
+
+def _summary(reader: ScenarioReader) -> dict[str, Any]:
+    tip = reader.releases.tip()
+    return {
+        "name": reader.name,
+        "counts": reader.data.counts(),
+        "release": tip.name if tip else None,
+        "pending": reader.releases.pending(),
+    }
+
+
+def _reader(request: web.Request, name: str) -> ScenarioReader:
+    daemon = daemon_of(request)
+    validate_scenario_name(name)
+    return daemon.scenarios.peek(name) or daemon.scenarios.store.reader(name)
+
+
+@routes.get("/reef/scenarios")
+async def list_scenarios(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    names = daemon.scenarios.store.names()
+    rows = await asyncio.to_thread(lambda: [_summary(_reader(request, n)) for n in names])
+    return web.json_response({"scenarios": rows})
+
+
+@routes.post("/reef/scenarios")
+async def create_scenario(request: web.Request) -> web.Response:
+    _, body = await _json_body(request)
+    name = validate_scenario_name(body.get("name"), field="name")
+    created = await daemon_of(request).scenarios.create(name)
+    return web.json_response({"name": name, "created": created}, status=201 if created else 200)
+
+
+@routes.delete("/reef/scenarios/{name}")
+async def archive_scenario(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    target = await daemon_of(request).scenarios.archive(name)
+    return web.json_response({"name": name, "archived_to": str(target)})
+
+
+def _limit(request: web.Request) -> int:
+    raw = request.query.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= _MAX_LIMIT:
+        raise InvalidInput(f"limit must be a whole number from 1 to {_MAX_LIMIT}", field="limit")
+    return int(raw)
+
+
+@routes.get("/reef/scenarios/{name}/records")
+async def list_records(request: web.Request) -> web.Response:
+    reader = _reader(request, request.match_info["name"])
+    limit = _limit(request)
+    after = request.query.get("after") or None
+    if after is not None:
+        parse_item_id(after, field="after")
+
+    def read() -> list[dict[str, Any]]:
+        return [item.data for item in reader.data.iter_items(["record"], after=after, limit=limit)]
+
+    records = await asyncio.to_thread(read)
+    next_cursor = records[-1]["id"] if len(records) == limit else None
+    return web.json_response({"records": records, "next": next_cursor}, dumps=_dumps)
+
+
+@routes.get("/reef/scenarios/{name}/records/{id}")
+async def get_record(request: web.Request) -> web.Response:
+    reader = _reader(request, request.match_info["name"])
+    item_id = parse_item_id(request.match_info["id"], field="id")
+    if item_id.kind != "record":
+        raise InvalidInput(f"{item_id} is a {item_id.kind}, not a record", field="id")
+    item = await asyncio.to_thread(reader.data.get, item_id)
+    return web.json_response(item.data, dumps=_dumps)
+
+
+@routes.get("/reef/status")
+async def status(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    names = daemon.scenarios.store.names()
+    rows = await asyncio.to_thread(lambda: [_summary(_reader(request, n)) for n in names])
+    settings = daemon.settings
+    return web.json_response(
+        {
+            "version": __version__,
+            "recipe": settings.recipe.name,
+            "upstream": {"url": daemon.upstream.base_url, "api": settings.inference.upstream_api},
+            "state_dir": str(settings.storage.state_dir),
+            "scenarios": rows,
+        }
+    )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,159 @@
+"""Relaying a streamed answer: event by event, in the client's format, receipt last.
+
+The upstream's events are decoded as they arrive and each one is written to the client as
+soon as it is complete; nothing is buffered beyond one event.  The terminal event (OpenAI's
+``[DONE]``, Anthropic's ``message_stop``) is held back until the record is committed, so it
+can carry the receipt.  When the upstream speaks the other format, a stream translator from
+``reef_core.wire`` sits in between.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef_core.wire import anthropic as anthropic_wire
+from reef_core.wire import openai as openai_wire
+from reef_core.wire.sse import SSEEvent, encode_event
+from reef_core.wire.translate import AnthropicToOpenAIStream, OpenAIToAnthropicStream
+
+__all__ = ["Out", "StreamRelay", "make_relay"]
+
+
+@dataclass(frozen=True)
+class Out:
+    """One event for the client: its SSE event name, data text, and the parsed data."""
+
+    event: str | None
+    text: str
+    data: dict[str, Any]
+
+    def encode(self) -> bytes:
+        return encode_event(self.text, self.event)
+
+
+def _out(event: str | None, data: dict[str, Any]) -> Out:
+    return Out(event, json.dumps(data, ensure_ascii=False, separators=(",", ":")), data)
+
+
+@dataclass
+class StreamRelay:
+    """Turns upstream SSE events into client events; knows the client's terminal event."""
+
+    client_format: str
+    upstream_format: str
+    model: str
+    terminal_seen: bool = False
+    _stop: dict[str, Any] | None = None  # Anthropic message_stop, held for the receipt
+    _to_client: Any = None
+    _assembler: Any = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.client_format == "openai":
+            self._assembler = openai_wire.ChatStreamAssembler()
+        else:
+            self._assembler = anthropic_wire.MessageStreamAssembler()
+        if self.client_format != self.upstream_format:
+            if self.upstream_format == "anthropic":
+                self._to_client = AnthropicToOpenAIStream(self.model)
+            else:
+                self._to_client = OpenAIToAnthropicStream(self.model)
+
+    # -- upstream side ---------------------------------------------------------------------
+
+    def feed(self, event: SSEEvent) -> list[Out]:
+        """Client events for one upstream event (the terminal one is held back)."""
+        if self.terminal_seen:
+            return []
+        if self.upstream_format == "openai" and event.data.strip() == "[DONE]":
+            self.terminal_seen = True
+            if self._to_client is not None:
+                return self._client_events(self._to_client.finish())
+            return []
+        if not event.data.strip():
+            return []
+        data = json.loads(event.data)
+        if self._to_client is None:  # same format: pass the event through as sent
+            if self.client_format == "anthropic" and event.event == "message_stop":
+                self.terminal_seen = True
+                self._stop = data
+                self._assembler.feed("message_stop", data)
+                return []
+            out = Out(event.event, event.data, data)
+            self._assemble(out)
+            return [out]
+        if self.upstream_format == "anthropic":
+            chunks = self._to_client.feed(event.event or "", data)
+            if event.event == "message_stop":
+                self.terminal_seen = True
+            return self._client_events(chunks)
+        return self._client_events(self._to_client.feed(data))
+
+    def _client_events(self, produced: list[Any]) -> list[Out]:
+        outs = []
+        for item in produced:
+            if self.client_format == "openai":
+                out = _out(None, item)
+            else:
+                name, data = item
+                if name == "message_stop":
+                    self.terminal_seen = True
+                    self._stop = data
+                    self._assembler.feed("message_stop", data)
+                    continue
+                out = _out(name, data)
+            self._assemble(out)
+            outs.append(out)
+        return outs
+
+    def _assemble(self, out: Out) -> None:
+        if self.client_format == "openai":
+            if "error" not in out.data:
+                self._assembler.feed(out.data)
+        else:
+            self._assembler.feed(out.event or "", out.data)
+
+    # -- client side -----------------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        if self.client_format == "anthropic":
+            return self._stop is not None
+        return self.terminal_seen
+
+    def assembled(self) -> dict[str, Any]:
+        return self._assembler.result()
+
+    def terminal(self, receipt: str | None) -> bytes:
+        """The closing event(s), carrying the receipt when there is one."""
+        if self.client_format == "openai":
+            closing = b""
+            if receipt is not None:
+                closing = _out(None, openai_wire.receipt_chunk(self._template(), receipt)).encode()
+            return closing + encode_event("[DONE]")
+        stop = self._stop or {"type": "message_stop"}
+        if receipt is not None:
+            stop = anthropic_wire.with_receipt(stop, receipt)
+        return _out("message_stop", stop).encode()
+
+    def error_event(self, message: str, receipt: str | None) -> bytes:
+        """An in-band error for a stream that broke after it started."""
+        if self.client_format == "openai":
+            data: dict[str, Any] = openai_wire.error_body(message, "upstream_error")
+        else:
+            data = anthropic_wire.error_body(message, "api_error")
+        if receipt is not None:
+            data["reef"] = {"agent_record_id": receipt}
+        return _out("error" if self.client_format == "anthropic" else None, data).encode()
+
+    def _template(self) -> dict[str, Any] | None:
+        try:
+            result = self._assembler.result()
+        except Exception:  # an empty stream has nothing to copy the id from
+            return None
+        return result if isinstance(result, dict) else None
+
+
+def make_relay(client_format: str, upstream_format: str, model: str) -> StreamRelay:
+    return StreamRelay(client_format=client_format, upstream_format=upstream_format, model=model)

@@ -1,0 +1,138 @@
+"""Reports: feedback on receipts, validated before anything is stored, safe to retry.
+
+A report names the receipts it judges (``references``); each must be a record of the same
+scenario.  A client may send its own ``agent_record_id`` as an idempotency key: resending
+the same report returns the stored one, and different content under the same key is a
+conflict.  Unknown fields are refused by name rather than dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from reef_core.errors import ConflictError, InvalidInput
+from reef_core.ids import parse_item_id
+from reef_core.store import Scenario
+
+__all__ = ["ReportDesk", "ReportInput", "parse_report"]
+
+_FIELDS = {"score", "feedback", "references", "metadata", "agent_record_id"}
+_MAX_REFERENCES = 1000
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    score: float | None
+    feedback: Any
+    references: tuple[str, ...]
+    metadata: dict[str, Any]
+    key: str | None
+
+    def content(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "feedback": self.feedback,
+            "references": list(self.references),
+            "metadata": self.metadata,
+        }
+
+    def summary(self) -> str:
+        refs = ",".join(self.references[:3]) + ("…" if len(self.references) > 3 else "")
+        score = "none" if self.score is None else f"{self.score:g}"
+        return f"score={score} refs={refs or '-'}"
+
+
+def parse_report(body: Any) -> ReportInput:
+    if not isinstance(body, dict):
+        raise InvalidInput("a report must be a JSON object", field="body")
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise InvalidInput(
+            f"unknown report field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})", field=unknown[0]
+        )
+    score = body.get("score")
+    if score is not None:
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise InvalidInput("score must be a finite number", field="score")
+        score = float(score)
+    feedback = body.get("feedback")
+    if feedback is not None and not isinstance(feedback, (str, dict)):
+        raise InvalidInput("feedback must be a string or an object", field="feedback")
+    references = body.get("references", [])
+    if not isinstance(references, list):
+        raise InvalidInput("references must be a list of receipts", field="references")
+    if len(references) > _MAX_REFERENCES:
+        raise InvalidInput(f"at most {_MAX_REFERENCES} references", field="references")
+    seen = set()
+    for i, ref in enumerate(references):
+        parsed = parse_item_id(ref, field=f"references[{i}]")
+        if parsed.kind != "record":
+            raise InvalidInput(f"references[{i}] is a {parsed.kind}, not a receipt", field=f"references[{i}]")
+        if ref in seen:
+            raise InvalidInput(f"references[{i}] repeats {ref}", field=f"references[{i}]")
+        seen.add(ref)
+    metadata = body.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise InvalidInput("metadata must be an object", field="metadata")
+    key = body.get("agent_record_id")
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 200):
+        raise InvalidInput("agent_record_id must be a string of 1-200 characters", field="agent_record_id")
+    if score is None and feedback is None:
+        raise InvalidInput("a report needs a score or feedback", field="score")
+    return ReportInput(score, feedback, tuple(references), metadata, key)
+
+
+class ReportDesk:
+    """Accepts reports for the daemon's scenarios; one idempotency index per scenario."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, dict[str, str]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def submit(self, scenario: Scenario, report: ReportInput) -> tuple[str, bool]:
+        """Store ``report``; returns ``(report id, created)``."""
+        for i, ref in enumerate(report.references):
+            if not await asyncio.to_thread(scenario.data.exists, ref):
+                raise InvalidInput(
+                    f"references[{i}]: {ref} is not a record of scenario {scenario.name}",
+                    field=f"references[{i}]",
+                )
+        lock = self._locks.setdefault(scenario.name, asyncio.Lock())
+        async with lock:
+            if report.key is not None:
+                keys = await self._index(scenario)
+                existing = keys.get(report.key)
+                if existing is not None:
+                    stored = await asyncio.to_thread(scenario.data.get, existing)
+                    if {k: stored.data.get(k) for k in report.content()} != report.content():
+                        raise ConflictError(
+                            f"agent_record_id {report.key!r} was already used for a different "
+                            f"report ({existing})",
+                            field="agent_record_id",
+                        )
+                    return existing, False
+            document = {**report.content(), "idempotency_key": report.key}
+            future = scenario.append("report", document, summary=report.summary())
+            report_id = await asyncio.wrap_future(future)
+            if report.key is not None:
+                self._keys[scenario.name][report.key] = report_id
+            return report_id, True
+
+    async def _index(self, scenario: Scenario) -> dict[str, str]:
+        keys = self._keys.get(scenario.name)
+        if keys is None:
+            keys = await asyncio.to_thread(_scan_keys, scenario)
+            self._keys[scenario.name] = keys
+        return keys
+
+
+def _scan_keys(scenario: Scenario) -> dict[str, str]:
+    """Idempotency keys of the reports already stored (read once per scenario and process)."""
+    return {
+        item.data["idempotency_key"]: item.id
+        for item in scenario.data.iter_items(["report"])
+        if item.data.get("idempotency_key")
+    }

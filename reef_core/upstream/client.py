@@ -1,0 +1,146 @@
+"""The HTTP client for the configured upstream model endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+
+__all__ = ["UpstreamClient", "UpstreamReply", "UpstreamStream"]
+
+_BODY_PREVIEW = 300
+
+
+@dataclass(frozen=True)
+class UpstreamReply:
+    status: int
+    content_type: str
+    body: bytes
+
+
+class UpstreamStream:
+    """An open streaming response; iterate its raw chunks, then :meth:`close`."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
+            raise UpstreamUnavailable(f"upstream stream broke: {_describe(exc)}") from exc
+        except TimeoutError as exc:
+            raise UpstreamTimeout("upstream stream stalled past the read timeout") from exc
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class UpstreamClient:
+    """One pooled aiohttp session for the daemon's lifetime."""
+
+    def __init__(self, base_url: str | None, *, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        self.base_url = _normalise(base_url) if base_url else None
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def configured(self) -> bool:
+        return self.base_url is not None
+
+    def _url(self, path: str, query: str = "") -> str:
+        if self.base_url is None:
+            raise UpstreamUnavailable(
+                "no upstream is configured: set --inference.upstream-url (or REEF_UPSTREAM_URL)"
+            )
+        return f"{self.base_url}{path}" + (f"?{query}" if query else "")
+
+    def _ensure(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, auto_decompress=True
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes | None = None,
+        query: str = "",
+    ) -> UpstreamReply:
+        """Send a request and read the whole answer; 4xx raises :class:`UpstreamRejected`."""
+        url = self._url(path, query)
+        try:
+            async with self._ensure().request(method, url, data=body, headers=dict(headers)) as response:
+                data = await response.read()
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream did not answer {path} in time") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamUnavailable(f"upstream unreachable: {_describe(exc)}") from exc
+        _raise_for_status(response.status, data, response.headers.get("Content-Type", ""))
+        return UpstreamReply(response.status, response.headers.get("Content-Type", ""), data)
+
+    async def stream(
+        self, path: str, *, headers: Mapping[str, str], body: bytes, query: str = ""
+    ) -> UpstreamStream:
+        """POST and return the open response once its headers arrived (status checked)."""
+        url = self._url(path, query)
+        try:
+            response = await self._ensure().post(url, data=body, headers=dict(headers))
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream did not answer {path} in time") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamUnavailable(f"upstream unreachable: {_describe(exc)}") from exc
+        if response.status >= 400:
+            try:
+                data = await response.read()
+            except (TimeoutError, aiohttp.ClientError):
+                data = b""
+            finally:
+                response.close()
+            _raise_for_status(response.status, data, response.headers.get("Content-Type", ""))
+        return UpstreamStream(response)
+
+
+def _raise_for_status(status: int, body: bytes, content_type: str) -> None:
+    if status < 400:
+        return
+    preview = body[:_BODY_PREVIEW].decode("utf-8", "replace")
+    if status < 500:
+        raise UpstreamRejected(
+            f"upstream refused the request ({status}): {preview}",
+            status=status,
+            body=body,
+            content_type=content_type,
+        )
+    raise UpstreamUnavailable(f"upstream failed ({status}): {preview}")
+
+
+def _normalise(url: str) -> str:
+    """Accept ``http://host:port``, ``…/`` or ``…/v1``: routes are appended as ``/v1/…``."""
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def json_headers(extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    headers.update({k: str(v) for k, v in (extra or {}).items()})
+    return headers

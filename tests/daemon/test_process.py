@@ -1,0 +1,131 @@
+"""`reef serve` as a real process: it starts, answers, stops cleanly, and a SIGKILL loses no receipt."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from reef_core.store import Store
+from reef_core.store.packer import wait_for_repack
+from tests.conftest import git
+
+REEF = str(Path(sys.executable).with_name("reef"))
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(tmp_path: Path, upstream_url: str, *flags: str, env: dict[str, str] | None = None):
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            REEF,
+            "serve",
+            "--reef.port",
+            str(port),
+            "--storage.state-dir",
+            str(tmp_path / "state"),
+            "--inference.upstream-url",
+            upstream_url,
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"reef serve did not start: {proc.communicate()[1]}")
+
+
+def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path, upstream):
+    proc, url = start(tmp_path, upstream.url, env={"REEF_TOKEN": "tok-abcdef-123456"})
+    try:
+        response = httpx.post(
+            f"{url}/v1/chat/completions",
+            json=CHAT,
+            timeout=10,
+            headers={"x-reef-scenario": "p", "Authorization": "Bearer tok-abcdef-123456"},
+        )
+        assert response.status_code == 200
+        receipt = response.headers["x-reef-agent-record-id"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "serving on" in err and "tok-abcdef-123456" not in err  # tokens never reach the log
+    assert Store(tmp_path / "state").reader("p").data.get(receipt).id == receipt
+    git("-C", str(tmp_path / "state" / "scenarios" / "p.git"), "fsck", "--strict", "--no-dangling")
+
+
+def test_a_taken_port_is_one_clear_line(tmp_path, upstream):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = subprocess.run(
+            [REEF, "serve", "--reef.port", str(port), "--storage.state-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_sigkill_under_load_loses_no_returned_receipt(tmp_path, upstream):
+    proc, url = start(tmp_path, upstream.url)
+    receipts: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def client(n: int) -> None:
+        with httpx.Client(timeout=5) as http:
+            while not stop.is_set():
+                try:
+                    r = http.post(f"{url}/v1/chat/completions", json=CHAT, headers={"x-reef-scenario": "k"})
+                except httpx.HTTPError:
+                    return  # the daemon is gone
+                if r.status_code == 200:
+                    with lock:
+                        receipts.append(r.headers["x-reef-agent-record-id"])
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    proc.kill()
+    proc.communicate()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len(receipts) > 20
+    repo = tmp_path / "state" / "scenarios" / "k.git"
+    wait_for_repack(repo)
+    git("-C", str(repo), "fsck", "--strict", "--no-dangling")
+    with Store(tmp_path / "state").open("k") as scenario:  # the next daemon's view
+        missing = [r for r in receipts if not scenario.data.exists(r)]
+        assert missing == []
+        assert scenario.data.counts()["record"] >= len(receipts)

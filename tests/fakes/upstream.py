@@ -1,0 +1,689 @@
+"""A scripted stand-in for hosted model endpoints: a real HTTP server speaking OpenAI and Anthropic.
+
+``ScriptedUpstream`` runs an aiohttp server on 127.0.0.1 (ephemeral port) in a background thread
+with its own event loop, so synchronous tests and the official sync SDKs can talk to it.  Tests
+queue replies with :meth:`ScriptedUpstream.script`; each inference request (``/v1/chat/completions``
+or ``/v1/messages``) consumes one, in order.  With the queue empty it answers ``default_text``.
+
+Streams are real SSE over chunked HTTP, each event written (and flushed) as it is produced, framed
+exactly as the providers frame them.  Every request received is recorded in ``requests``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytest
+from aiohttp import web
+
+__all__ = [
+    "Captured",
+    "Delay",
+    "Error",
+    "Hang",
+    "Reply",
+    "Reset",
+    "ScriptedUpstream",
+    "Slow",
+    "Text",
+    "ToolCall",
+    "free_port",
+    "upstream",
+    "upstream_fixture",
+]
+
+Route = Literal["openai", "anthropic"]
+
+DEFAULT_MODEL = "scripted-model"
+ARGUMENT_FRAGMENT = 7  # characters of tool-call arguments JSON per streamed fragment
+_POLL = 0.02  # how often waiting handlers look for a stopping server or a departed client
+
+# ----------------------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True)
+class Text:
+    """A normal answer.  ``stop`` is the OpenAI finish reason (mapped for Anthropic)."""
+
+    text: str
+    stop: str = "stop"
+    usage: tuple[int, int] = (10, 5)  # (prompt/input tokens, completion/output tokens)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The model calls one tool, optionally after some text."""
+
+    name: str
+    arguments: dict[str, Any]
+    text: str | None = None
+    call_id: str = "call_1"
+    usage: tuple[int, int] = (10, 5)
+
+
+@dataclass(frozen=True)
+class Error:
+    """An HTTP error carrying the route's own error envelope."""
+
+    status: int
+    message: str = "scripted error"
+    type: str = "invalid_request_error"
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Wait ``seconds`` before answering with ``then``."""
+
+    seconds: float
+    then: Reply
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Streaming: send ``after_chunks`` SSE events of a Text reply, then abort the connection.
+
+    A non-streaming request is aborted before any response byte is sent.
+    """
+
+    after_chunks: int = 2
+    text: str = "this stream will be cut"
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Accept the request and never answer; the connection is aborted when the server stops."""
+
+
+@dataclass(frozen=True)
+class Slow:
+    """Streaming with ``interval`` seconds between events.  Non-streaming: waits ``interval`` per
+    word, then answers."""
+
+    text: str
+    interval: float
+
+
+Reply = Text | ToolCall | Error | Delay | Reset | Hang | Slow
+
+
+@dataclass(frozen=True)
+class Captured:
+    """One request as the server received it."""
+
+    method: str
+    path: str
+    query: str  # the raw query string, without the "?"
+    headers: dict[str, str]  # lower-cased names; repeated headers joined with ", "
+    body: dict[str, Any] | None  # parsed JSON object; None when the body is not a JSON object
+    raw: bytes
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _words(text: str) -> list[str]:
+    """Split into word pieces that keep their trailing whitespace: joining gives ``text`` back."""
+    if not text:
+        return []
+    return [piece for piece in re.split(r"(?<=\s)(?=\S)", text) if piece]
+
+
+def _fragments(arguments_json: str) -> list[str]:
+    return [
+        arguments_json[i : i + ARGUMENT_FRAGMENT] for i in range(0, len(arguments_json), ARGUMENT_FRAGMENT)
+    ] or [""]
+
+
+_TO_ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+_TO_OPENAI_STOP = {v: k for k, v in _TO_ANTHROPIC_STOP.items()}
+
+
+def _openai_error(status: int, message: str, type_: str) -> web.Response:
+    body = {"error": {"message": message, "type": type_, "param": None, "code": None}}
+    return web.Response(status=status, text=_dumps(body), content_type="application/json")
+
+
+def _anthropic_error(status: int, message: str, type_: str) -> web.Response:
+    body = {"type": "error", "error": {"type": type_, "message": message}}
+    return web.Response(status=status, text=_dumps(body), content_type="application/json")
+
+
+def _error(route: Route, status: int, message: str, type_: str) -> web.Response:
+    return (_openai_error if route == "openai" else _anthropic_error)(status, message, type_)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What the model says, independent of the wire format."""
+
+    text: str | None
+    tool: ToolCall | None
+    stop: str  # OpenAI vocabulary
+    usage: tuple[int, int]
+
+
+def _answer_of(reply: Text | ToolCall | Slow | Reset) -> _Answer:
+    if isinstance(reply, ToolCall):
+        return _Answer(reply.text, reply, "tool_calls", reply.usage)
+    if isinstance(reply, Text):
+        return _Answer(reply.text, None, reply.stop, reply.usage)
+    return _Answer(reply.text, None, "stop", (10, 5))
+
+
+# ---------------------------------------------------------------------------------- OpenAI format
+
+
+def _openai_usage(usage: tuple[int, int]) -> dict[str, int]:
+    prompt, completion = usage
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _openai_message(answer: _Answer, ident: str, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
+    if answer.tool is not None:
+        message["tool_calls"] = [
+            {
+                "id": answer.tool.call_id,
+                "type": "function",
+                "function": {"name": answer.tool.name, "arguments": _dumps(answer.tool.arguments)},
+            }
+        ]
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": answer.stop}],
+        "usage": _openai_usage(answer.usage),
+        "system_fingerprint": None,
+    }
+
+
+def _openai_events(answer: _Answer, ident: str, model: str, include_usage: bool) -> list[bytes]:
+    created = int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        obj: dict[str, Any] = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if include_usage:
+            obj["usage"] = None
+        return f"data: {_dumps(obj)}\n\n".encode()
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": word}) for word in _words(answer.text or "")]
+    if answer.tool is not None:
+        for i, fragment in enumerate(_fragments(_dumps(answer.tool.arguments))):
+            call: dict[str, Any] = {"index": 0, "function": {"arguments": fragment}}
+            if i == 0:
+                call = {
+                    "index": 0,
+                    "id": answer.tool.call_id,
+                    "type": "function",
+                    "function": {"name": answer.tool.name, "arguments": fragment},
+                }
+            events.append(chunk({"tool_calls": [call]}))
+    events.append(chunk({}, answer.stop))
+    if include_usage:
+        obj = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": _openai_usage(answer.usage),
+        }
+        events.append(f"data: {_dumps(obj)}\n\n".encode())
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+# ------------------------------------------------------------------------------- Anthropic format
+
+
+def _anthropic_stop(stop: str) -> str:
+    return _TO_ANTHROPIC_STOP.get(stop, stop)
+
+
+def _anthropic_message(answer: _Answer, ident: str, model: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if answer.text:
+        content.append({"type": "text", "text": answer.text})
+    if answer.tool is not None:
+        content.append(
+            {
+                "type": "tool_use",
+                "id": answer.tool.call_id,
+                "name": answer.tool.name,
+                "input": answer.tool.arguments,
+            }
+        )
+    prompt, completion = answer.usage
+    return {
+        "id": ident,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": _anthropic_stop(answer.stop),
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt, "output_tokens": completion},
+    }
+
+
+def _anthropic_events(answer: _Answer, ident: str, model: str) -> list[bytes]:
+    def event(name: str, data: dict[str, Any]) -> bytes:
+        return f"event: {name}\ndata: {_dumps(data)}\n\n".encode()
+
+    prompt, completion = answer.usage
+    start = {
+        "id": ident,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt, "output_tokens": 1},
+    }
+    events = [event("message_start", {"type": "message_start", "message": start})]
+    index = 0
+    pinged = False
+
+    def block_start(block: dict[str, Any]) -> None:
+        nonlocal pinged
+        events.append(
+            event(
+                "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+            )
+        )
+        if not pinged:
+            events.append(event("ping", {"type": "ping"}))
+            pinged = True
+
+    def delta(body: dict[str, Any]) -> None:
+        events.append(
+            event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": body})
+        )
+
+    def block_stop() -> None:
+        events.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
+
+    if answer.text or answer.tool is None:
+        block_start({"type": "text", "text": ""})
+        for word in _words(answer.text or ""):
+            delta({"type": "text_delta", "text": word})
+        block_stop()
+        index += 1
+    if answer.tool is not None:
+        block_start({"type": "tool_use", "id": answer.tool.call_id, "name": answer.tool.name, "input": {}})
+        for fragment in _fragments(_dumps(answer.tool.arguments)):
+            delta({"type": "input_json_delta", "partial_json": fragment})
+        block_stop()
+    events.append(
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _anthropic_stop(answer.stop), "stop_sequence": None},
+                "usage": {"output_tokens": completion},
+            },
+        )
+    )
+    events.append(event("message_stop", {"type": "message_stop"}))
+    return events
+
+
+# ------------------------------------------------------------------------------------------ server
+
+_MODELS_OPENAI = {
+    "object": "list",
+    "data": [{"id": DEFAULT_MODEL, "object": "model", "created": 0, "owned_by": "tests"}],
+}
+_MODELS_ANTHROPIC = {
+    "data": [
+        {
+            "type": "model",
+            "id": DEFAULT_MODEL,
+            "display_name": "Scripted",
+            "created_at": "2025-01-01T00:00:00Z",
+        }
+    ],
+    "has_more": False,
+    "first_id": DEFAULT_MODEL,
+    "last_id": DEFAULT_MODEL,
+}
+
+
+class ScriptedUpstream:
+    """A real HTTP server on 127.0.0.1 answering OpenAI and Anthropic requests from a script."""
+
+    default_text: str = "Hello from the scripted upstream."
+
+    def __init__(self) -> None:
+        self.url: str = ""
+        self.requests: list[Captured] = []
+        # Inference responses whose client went away before the answer was complete.
+        self.disconnects: int = 0
+        self._lock = threading.Lock()
+        self._queue: deque[Reply] = deque()
+        self._counter = 0
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._stopping: asyncio.Event | None = None
+
+    # ------------------------------------------------------------------------------ test-side API
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies; each inference request consumes one, in order."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    def reset(self) -> None:
+        """Forget queued replies, captured requests, the disconnect count and the id counter."""
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+            self.disconnects = 0
+            self._counter = 0
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still queued."""
+        with self._lock:
+            return len(self._queue)
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[Captured]:
+        """Block until at least ``count`` requests were captured; returns a snapshot of them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if len(self.requests) >= count:
+                    return list(self.requests)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{len(self.requests)} requests captured, wanted {count}")
+            time.sleep(0.005)
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> ScriptedUpstream:
+        if self._thread is not None:
+            raise RuntimeError("ScriptedUpstream already started")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        loop = asyncio.new_event_loop()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._startup())
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=serve, name="scripted-upstream", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("ScriptedUpstream did not start within 10 s")
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            self._thread = None
+            self._loop = None
+
+    def __enter__(self) -> ScriptedUpstream:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def _startup(self) -> None:
+        self._stopping = asyncio.Event()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._runner = runner
+        port = runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def _shutdown(self) -> None:
+        assert self._stopping is not None and self._runner is not None
+        self._stopping.set()  # wakes Hang, Delay and Slow handlers, which abort their connections
+        await self._runner.cleanup()
+
+    # ---------------------------------------------------------------------------------- handlers
+
+    def _next_reply(self) -> Reply:
+        with self._lock:
+            return self._queue.popleft() if self._queue else Text(self.default_text)
+
+    def _next_id(self, route: Route) -> str:
+        with self._lock:
+            self._counter += 1
+            n = self._counter
+        return f"chatcmpl-{n}" if route == "openai" else f"msg_{n}"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body: dict[str, Any] | None = None
+        parsed_ok = False
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                pass
+            else:
+                parsed_ok = isinstance(parsed, dict)
+                body = parsed if parsed_ok else None
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        with self._lock:
+            self.requests.append(
+                Captured(request.method, request.path, request.query_string, headers, body, raw)
+            )
+
+        path = request.path.rstrip("/")
+        if path.startswith("/v1/"):
+            path = path[3:]
+        method = request.method
+        if method == "GET" and path == "/models":
+            shape = _MODELS_ANTHROPIC if "anthropic-version" in headers else _MODELS_OPENAI
+            return web.json_response(shape)
+        routes: dict[str, Route] = {
+            "/chat/completions": "openai",
+            "/messages": "anthropic",
+            "/messages/count_tokens": "anthropic",
+        }
+        route = routes.get(path)
+        if route is None or method != "POST":
+            guess: Route = route or ("anthropic" if "anthropic-version" in headers else "openai")
+            status = 404 if route is None else 405
+            return _error(guess, status, f"no route for {method} {request.path}", "not_found_error")
+        if not parsed_ok or body is None:
+            return _error(route, 400, "request body is not a JSON object", "invalid_request_error")
+        if path == "/messages/count_tokens":
+            return web.json_response({"input_tokens": 42})
+        return await self._reply(request, route, body, self._next_reply())
+
+    async def _reply(
+        self, request: web.Request, route: Route, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
+        stream = body.get("stream") is True
+        model = str(body.get("model") or DEFAULT_MODEL)
+
+        if isinstance(reply, Delay):
+            if not await self._pause(request, reply.seconds):
+                return self._drop(request)
+            return await self._reply(request, route, body, reply.then)
+        if isinstance(reply, Error):
+            return _error(route, reply.status, reply.message, reply.type)
+        if isinstance(reply, Hang):
+            await self._pause(request, math.inf)
+            return self._drop(request)
+
+        answer = _answer_of(reply)
+        ident = self._next_id(route)
+        if not stream:
+            if isinstance(reply, Reset):
+                return self._drop(request)
+            if isinstance(reply, Slow) and not await self._pause(
+                request, reply.interval * max(1, len(_words(reply.text)))
+            ):
+                return self._drop(request)
+            message = (_openai_message if route == "openai" else _anthropic_message)(answer, ident, model)
+            return web.json_response(message, headers=self._id_headers(route, ident))
+
+        if route == "openai":
+            options = body.get("stream_options")
+            include_usage = isinstance(options, dict) and options.get("include_usage") is True
+            events = _openai_events(answer, ident, model, include_usage)
+        else:
+            events = _anthropic_events(answer, ident, model)
+        if isinstance(reply, Reset):
+            events = events[: max(0, reply.after_chunks)]
+        interval = reply.interval if isinstance(reply, Slow) else 0.0
+
+        resp = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                **self._id_headers(route, ident),
+            },
+        )
+        resp.enable_chunked_encoding()
+        try:
+            await resp.prepare(request)
+            for i, data in enumerate(events):
+                if i and interval and not await self._pause(request, interval):
+                    return self._drop(request, resp)
+                await resp.write(data)
+        except ConnectionError:
+            self._note_disconnect()
+            return resp
+        if isinstance(reply, Reset):
+            await self._abort_after_flush(request)
+        return resp
+
+    @staticmethod
+    def _id_headers(route: Route, ident: str) -> dict[str, str]:
+        return {"x-request-id": f"req_{ident}"} if route == "openai" else {"request-id": f"req_{ident}"}
+
+    def _client_gone(self, request: web.Request) -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    def _note_disconnect(self) -> None:
+        with self._lock:
+            self.disconnects += 1
+
+    async def _pause(self, request: web.Request, seconds: float) -> bool:
+        """Wait ``seconds``; False as soon as the server is stopping or the client has gone."""
+        assert self._stopping is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            if self._stopping.is_set():
+                return False
+            if self._client_gone(request):
+                self._note_disconnect()
+                return False
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return True
+            try:
+                await asyncio.wait_for(self._stopping.wait(), min(remaining, _POLL))
+            except TimeoutError:
+                pass
+
+    @staticmethod
+    def _drop(request: web.Request, resp: web.StreamResponse | None = None) -> web.StreamResponse:
+        """Abort the connection without finishing the response; aiohttp then ignores it quietly."""
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        return resp if resp is not None else web.Response(status=500)
+
+    async def _abort_after_flush(self, request: web.Request) -> None:
+        """Let the events already written leave the process, then cut the connection."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 1.0
+        transport = request.transport
+        while transport is not None and transport.get_write_buffer_size() and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.01)
+        if transport is not None:
+            transport.abort()
+
+
+@pytest.fixture(name="upstream")
+def upstream_fixture() -> Iterator[ScriptedUpstream]:
+    """A started ScriptedUpstream, stopped after the test.  The fixture is named ``upstream``.
+
+    Import either name into a test module or conftest (or list this module in ``pytest_plugins``);
+    ``upstream_fixture`` avoids ruff's F811 on test parameters named ``upstream``.
+    """
+    with ScriptedUpstream() as server:
+        yield server
+
+
+upstream = upstream_fixture
