@@ -1,15 +1,49 @@
 #!/usr/bin/env bash
-# A first look at reef: the daemon's settings, then a scenario round trip on a fresh state
-# directory, audited with plain git.  (Until the embedded model lands, this is the main job.)
+# A first look at reef (the main job until the embedded model lands): the daemon's settings,
+# the daemon itself over HTTP, then a scenario round trip audited with plain git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reef=.venv/bin/reef
+py=.venv/bin/python
 state=$(mktemp -d "${TMPDIR:-/tmp}/reef-tour.XXXXXX")
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
 "$reef" --version
-"$reef" serve --help
-"$reef" serve --print-config --storage.state-dir "$state"
-"$reef" scenario create demo --state-dir "$state"
-.venv/bin/python - "$state" <<'PY'
+"$reef" serve --print-config --reef.port "$port" --storage.state-dir "$state"
+
+echo "== the daemon, on 127.0.0.1:$port"
+"$reef" serve --reef.port "$port" --storage.state-dir "$state" &
+daemon=$!
+trap 'kill "$daemon" 2>/dev/null || true' EXIT
+"$py" - "$port" <<'PY'
+import json, sys, time, urllib.request, urllib.error
+base = f"http://127.0.0.1:{sys.argv[1]}"
+for _ in range(100):
+    try:
+        urllib.request.urlopen(f"{base}/healthz", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+def call(method, path, body=None, headers=None):
+    request = urllib.request.Request(f"{base}{path}", method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+print("POST /reef/scenarios ->", *call("POST", "/reef/scenarios", {"name": "demo"}))
+print("GET /reef/status ->", *call("GET", "/reef/status"))
+status, body = call("POST", "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                    {"x-reef-scenario": "demo"})
+print("POST /v1/chat/completions without an upstream ->", status, body["error"]["message"])
+PY
+kill -TERM "$daemon"
+wait "$daemon" || true
+trap - EXIT
+
+echo "== a scenario round trip through the store"
+"$py" - "$state" <<'PY'
 import sys
 from pathlib import Path
 from reef_core.store import Store, build_tree
@@ -17,7 +51,7 @@ from reef_core.store import Store, build_tree
 with Store(Path(sys.argv[1])).open("demo") as scenario:
     rec = scenario.append_sync("record", {"route": "chat.completions", "status": 200},
                                summary="chat.completions model=demo 200 3ms")
-    scenario.append_sync("report", {"score": 1.0, "references": [rec]}, summary=f"score=1.0 refs={rec}")
+    scenario.append_sync("report", {"score": 1.0, "references": [rec]}, summary=f"score=1 refs={rec}")
     scenario.append_sync("ask", {"text": "reproduce bugs with a failing test first"},
                          summary='"reproduce bugs with a failing test first"')
     tree = build_tree(scenario.handle.repo, {"rules/tests-first.md": b"Reproduce a bug with a failing test first.\n"})

@@ -32,6 +32,21 @@ def test_reef_core_stays_a_library(path: Path):
     assert not _imports(path) & forbidden
 
 
+@pytest.mark.parametrize("path", _modules("reef_core/wire"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_wire_is_pure(path: Path):
+    assert not _imports(path) & {"aiohttp", "httpx", "pygit2", "socket", "asyncio"}
+
+
+def test_aiohttp_lives_in_the_daemon_and_the_upstream_client():
+    allowed = (ROOT / "reef_core" / "daemon", ROOT / "reef_core" / "upstream")
+    users = [p for p in _modules("reef_core") if "aiohttp" in _imports(p)]
+    assert [
+        p.relative_to(ROOT)
+        for p in users
+        if not p.is_relative_to(allowed[0]) and not p.is_relative_to(allowed[1])
+    ] == []
+
+
 def test_pygit2_lives_only_in_the_store():
     ours = [p for package in ("reef_core", "reef_cli", "recipes", "adapters") for p in _modules(package)]
     users = [p for p in ours if "pygit2" in _imports(p)]

@@ -142,3 +142,11 @@ def test_closed_scenario_refuses_appends(store: Store):
     opened.close()
     with pytest.raises(StoreError, match="closed"):
         opened.append("record", {})
+
+
+def test_large_and_small_objects_read_back_through_git(scenario):
+    big = "".join(chr(32 + (n * 7919) % 90) for n in range(300_000))
+    rec = scenario.append_sync("record", {"response": big})
+    shown = git("-C", str(scenario.path), "show", f"data:{_path(rec)}").stdout
+    assert json.loads(shown)["response"] == big
+    git("-C", str(scenario.path), "fsck", "--strict", "--no-dangling")
