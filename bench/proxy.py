@@ -72,6 +72,7 @@ def start_reef(upstream: str, state: str) -> tuple[subprocess.Popen[bytes], str]
                 return proc, url
         except OSError:
             time.sleep(0.1)
+    proc.kill()
     raise RuntimeError("reef did not start")
 
 
@@ -166,12 +167,14 @@ def main() -> None:
         args.requests = 100
     with tempfile.TemporaryDirectory(prefix="reef-proxy-bench-") as state:
         upstream, direct = start_upstream()
-        reef_proc, reef = start_reef(direct, state)
         try:
-            asyncio.run(run(args, direct, reef))
+            reef_proc, reef = start_reef(direct, state)
+            try:
+                asyncio.run(run(args, direct, reef))
+            finally:
+                reef_proc.terminate()
+                reef_proc.wait(30)
         finally:
-            reef_proc.terminate()
-            reef_proc.wait(30)
             upstream.kill()
         repo = Path(state) / "scenarios" / "bench.git"
         count = subprocess.run(

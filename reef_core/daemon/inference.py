@@ -20,6 +20,7 @@ from reef_core.daemon.recording import Exchange, commit_record
 from reef_core.daemon.relay import make_relay
 from reef_core.errors import InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
 from reef_core.ids import validate_scenario_name
+from reef_core.store import Scenario
 from reef_core.wire import translate
 from reef_core.wire.models import (
     anthropic_models_to_openai,
@@ -191,10 +192,7 @@ async def _inference(request: web.Request, client_format: str) -> web.StreamResp
     try:
         reply = await daemon.upstream.request("POST", path, headers=headers, body=forward, query=query)
     except UpstreamError as exc:
-        exchange.status = status_of(exc)
-        exchange.error = exc.message
-        if scenario is not None:
-            await commit_record(scenario, exchange)
+        await _record_failure(scenario, exchange, exc)
         raise
     exchange.mark_first_byte()
     exchange.status = reply.status
@@ -217,14 +215,19 @@ async def _inference(request: web.Request, client_format: str) -> web.StreamResp
     return web.json_response(client_answer, status=reply.status, headers=response_headers)
 
 
+async def _record_failure(scenario: Scenario | None, exchange: Exchange, error: UpstreamError) -> None:
+    """A failed exchange is on the record too, with the status the client was given."""
+    exchange.status = status_of(error)
+    exchange.error = error.message
+    if scenario is not None:
+        await commit_record(scenario, exchange)
+
+
 async def _stream(request, daemon, scenario, exchange, path, forward, headers, query, response_headers):
     try:
         upstream = await daemon.upstream.stream(path, headers=headers, body=forward, query=query)
     except UpstreamError as exc:
-        exchange.status = status_of(exc)
-        exchange.error = exc.message
-        if scenario is not None:
-            await commit_record(scenario, exchange)
+        await _record_failure(scenario, exchange, exc)
         raise
     exchange.status = upstream.status
     relay = make_relay(exchange.client_format, exchange.upstream_format, exchange.model or "")
