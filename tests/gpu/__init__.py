@@ -1,0 +1,1 @@
+"""Tests of the optional GPU paths (SGLang serving, slime training), run on CPU against fakes."""
