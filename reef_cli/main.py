@@ -9,6 +9,7 @@ from typer.core import TyperGroup
 
 from reef_cli import exits, scenario
 from reef_cli import output as out
+from reef_cli.demo import demo
 from reef_cli.log import log
 from reef_cli.serve import serve
 from reef_core import __version__
@@ -65,6 +66,7 @@ def _root(
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
 app.add_typer(scenario.app, name="scenario")
 app.command("log")(log)
+app.command("demo")(demo)
 
 
 def run() -> None:

@@ -79,6 +79,9 @@ class InferenceSettings:
     )
     model_path: str | None = _setting(None, "a local model to serve (builtin:tiny is the embedded one)")
     backend: str = _setting("local", "engine for a local model", choices=("local", "sglang"))
+    model_cache: Path | None = _setting(
+        None, "where pretrained local models are cached (default: <state>/models)"
+    )
     timeout_s: float = _setting(600.0, "seconds to wait for an upstream answer")
 
 

@@ -7,10 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras=""
+# torch (the "model" extra) is pinned to 2.13.0, which these machines install from a local
+# CPU wheel (pip's find-links); elsewhere, point pip at a CPU build to avoid a CUDA download.
+extras="model"
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="dev" ;;
+    --dev) extras="model,dev" ;;
     *) echo "setup.sh: unknown option $arg (use --dev)" >&2; exit 2 ;;
   esac
 done
@@ -39,8 +41,7 @@ fi
 # Downloads are cached inside the project (gitignored), so reruns and CI reuse them.
 export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$PWD/.cache/pip}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-spec="."
-[ -n "$extras" ] && spec=".[$extras]"
+spec=".[$extras]"
 .venv/bin/python -m pip install -q -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c 'import reef_core, reef_cli' # fails loudly if the install did not work
 echo "reef is set up: .venv/bin/reef"

@@ -47,6 +47,19 @@ def test_aiohttp_lives_in_the_daemon_and_the_upstream_client():
     ] == []
 
 
+def test_torch_stays_off_the_serving_path():
+    """The daemon must run on a machine without torch: only the embedded model, its engine and
+    the weights recipes import it (and the daemon loads those lazily)."""
+    allowed = [ROOT / "reef_core" / "models", ROOT / "reef_core" / "upstream" / "local.py"]
+    users = [p for p in _modules("reef_core") if "torch" in _imports(p)]
+    assert [
+        p.relative_to(ROOT) for p in users if not any(p == a or p.is_relative_to(a) for a in allowed)
+    ] == []
+    for module in ("reef_core.daemon.app", "reef_core.daemon.inference", "reef_core.upstream.sglang"):
+        source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+        assert "import torch" not in source
+
+
 def test_pygit2_lives_only_in_the_store():
     ours = [p for package in ("reef_core", "reef_cli", "recipes", "adapters") for p in _modules(package)]
     users = [p for p in ours if "pygit2" in _imports(p)]

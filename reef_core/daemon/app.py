@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -14,14 +15,31 @@ from reef_core.daemon import inference, reef_routes
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
+from reef_core.daemon.learners import Learners
 from reef_core.daemon.registry import OpenScenarios
 from reef_core.daemon.reports import ReportDesk
+from reef_core.errors import ConfigError
+from reef_core.learning import RecipeContext
 from reef_core.store import Store, StoreOptions
 from reef_core.upstream import UpstreamClient
 
-__all__ = ["build_app", "serve"]
+__all__ = ["build_app", "serve", "wants_local_model"]
 
 log = logging.getLogger("reef")
+
+BUILTIN_TINY = "builtin:tiny"
+
+
+def wants_local_model(settings: Settings) -> bool:
+    """``builtin:tiny`` when asked for, and by default when no upstream is configured."""
+    path = settings.inference.model_path
+    if path is not None and path != BUILTIN_TINY:
+        raise ConfigError(
+            f"inference.model-path {path!r}: only {BUILTIN_TINY} is served in-process "
+            "(serve other models with SGLang, --inference.backend sglang)",
+            field="inference.model_path",
+        )
+    return path == BUILTIN_TINY or not settings.inference.upstream_url
 
 
 def build_app(settings: Settings) -> web.Application:
@@ -30,11 +48,16 @@ def build_app(settings: Settings) -> web.Application:
         storage.state_dir,
         StoreOptions(max_batch=storage.max_batch, pack_every=storage.pack_every, fsync=storage.fsync),
     )
+    cache_dir = settings.inference.model_cache or storage.state_dir / "models"
+    context = RecipeContext(cache_dir=Path(cache_dir), config=dict(settings.recipe.config), log=log.info)
+    learners = Learners.from_settings(settings.recipe.name, settings.recipe.implementation, context)
     daemon = Daemon(
         settings=settings,
-        scenarios=OpenScenarios(store, implicit=settings.reef.implicit_scenarios),
+        scenarios=OpenScenarios(store, implicit=settings.reef.implicit_scenarios, on_open=learners.attach),
         upstream=UpstreamClient(settings.inference.upstream_url, timeout_s=settings.inference.timeout_s),
         reports=ReportDesk(),
+        learners=learners,
+        upstream_format=settings.inference.upstream_api,
     )
     app = web.Application(
         client_max_size=settings.reef.max_body_bytes,
@@ -44,12 +67,41 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(inference.routes)
     app.add_routes(reef_routes.routes)
 
+    async def start_local_model(app: web.Application) -> None:
+        engine = await asyncio.to_thread(_local_engine, Path(cache_dir), settings)
+        if engine is not None:
+            daemon.upstream = daemon.engine = context.engine = engine
+            daemon.upstream_format = "openai"
+
     async def shutdown(app: web.Application) -> None:
+        await asyncio.to_thread(learners.stop)
         await daemon.upstream.close()
         await daemon.scenarios.close()  # writes everything queued before the locks go
 
+    if wants_local_model(settings):
+        app.on_startup.append(start_local_model)
     app.on_cleanup.append(shutdown)
     return app
+
+
+def _local_engine(cache_dir: Path, settings: Settings):  # -> LocalEngine | None
+    """Load (pretraining on first use) the embedded model, if torch is installed."""
+    try:
+        from reef_core.models.tiny import default_pretrain_seconds, ensure_pretrained
+        from reef_core.upstream.local import LocalEngine
+    except ImportError as exc:
+        if settings.inference.model_path == BUILTIN_TINY:
+            raise ConfigError(
+                f"{BUILTIN_TINY} needs torch, which is not installed ({exc}): "
+                "run scripts/setup.sh, or pip install 'reef[model]'",
+                field="inference.model_path",
+            ) from exc
+        log.warning("no upstream configured and torch is not installed: inference will answer 502")
+        return None
+    seconds = default_pretrain_seconds()
+    log.info("loading %s (pretraining %.0fs on first use; cache: %s)", BUILTIN_TINY, seconds, cache_dir)
+    checkpoint = ensure_pretrained(cache_dir / "tiny", seconds=seconds, log=log.info)
+    return LocalEngine(checkpoint)
 
 
 async def serve(settings: Settings, *, ready: Callable[[str], None] | None = None) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
 from reef_core.config import Settings
+from reef_core.daemon.learners import Learners
 from reef_core.daemon.registry import OpenScenarios
 from reef_core.daemon.reports import ReportDesk
 from reef_core.upstream import UpstreamClient
@@ -19,8 +21,11 @@ __all__ = ["DAEMON", "Daemon", "daemon_of"]
 class Daemon:
     settings: Settings
     scenarios: OpenScenarios
-    upstream: UpstreamClient
+    upstream: UpstreamClient | Any  # or the embedded engine, which serves the same surface
     reports: ReportDesk
+    learners: Learners
+    upstream_format: str = "openai"
+    engine: Any = None  # the embedded model engine, when it serves
     started: float = field(default_factory=time.time)
 
 

@@ -101,7 +101,7 @@ def _upstream_headers(
     request: web.Request, daemon: Daemon, client_format: str, stream: bool
 ) -> dict[str, str]:
     settings = daemon.settings
-    upstream_format = settings.inference.upstream_api
+    upstream_format = daemon.upstream_format
     headers = {"Content-Type": "application/json"}
     key = settings.inference.upstream_api_key
     if key is None and not settings.reef.tokens:
@@ -123,7 +123,7 @@ def _upstream_headers(
 
 
 def _upstream_body(raw: bytes, body: dict[str, Any], client_format: str, daemon: Daemon) -> bytes:
-    upstream_format = daemon.settings.inference.upstream_api
+    upstream_format = daemon.upstream_format
     override = daemon.settings.inference.upstream_model
     if client_format == upstream_format and not override:
         return raw  # forwarded exactly as sent
@@ -167,7 +167,7 @@ async def _inference(request: web.Request, client_format: str) -> web.StreamResp
     _validate(body)
     scenario = await daemon.scenarios.get(name) if capture else None
     release = scenario.releases.tip() if scenario is not None else None
-    upstream_format = daemon.settings.inference.upstream_api
+    upstream_format = daemon.upstream_format
     stream = bool(body.get("stream"))
     exchange = Exchange(
         route=_ROUTE_NAMES[client_format],
@@ -187,15 +187,18 @@ async def _inference(request: web.Request, client_format: str) -> web.StreamResp
     response_headers = {RELEASE_HEADER: release.name} if release else {}
     if stream:
         return await _stream(
-            request, daemon, scenario, exchange, path, forward, headers, query, response_headers
+            request, daemon, scenario, exchange, path, forward, headers, query, response_headers, name
         )
     try:
-        reply = await daemon.upstream.request("POST", path, headers=headers, body=forward, query=query)
+        reply = await daemon.upstream.request(
+            "POST", path, headers=headers, body=forward, query=query, scenario=name
+        )
     except UpstreamError as exc:
         await _record_failure(scenario, exchange, exc)
         raise
     exchange.mark_first_byte()
     exchange.status = reply.status
+    exchange.tokens = reply.extras
     try:
         answer: Any = json.loads(reply.body)
     except ValueError:
@@ -223,13 +226,16 @@ async def _record_failure(scenario: Scenario | None, exchange: Exchange, error: 
         await commit_record(scenario, exchange)
 
 
-async def _stream(request, daemon, scenario, exchange, path, forward, headers, query, response_headers):
+async def _stream(request, daemon, scenario, exchange, path, forward, headers, query, response_headers, name):
     try:
-        upstream = await daemon.upstream.stream(path, headers=headers, body=forward, query=query)
+        upstream = await daemon.upstream.stream(
+            path, headers=headers, body=forward, query=query, scenario=name
+        )
     except UpstreamError as exc:
         await _record_failure(scenario, exchange, exc)
         raise
     exchange.status = upstream.status
+    exchange.tokens = upstream.extras
     relay = make_relay(exchange.client_format, exchange.upstream_format, exchange.model or "")
     response = web.StreamResponse(
         status=200,
@@ -285,7 +291,7 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
 async def count_tokens(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     raw, body = await _json_body(request)
-    if daemon.settings.inference.upstream_api == "anthropic":
+    if daemon.upstream_format == "anthropic":
         headers = _upstream_headers(request, daemon, "anthropic", False)
         reply = await daemon.upstream.request(
             "POST", "/v1/messages/count_tokens", headers=headers, body=raw, query=request.query_string
@@ -301,7 +307,7 @@ async def count_tokens(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     client_format = "anthropic" if "anthropic-version" in request.headers else "openai"
-    upstream_format = daemon.settings.inference.upstream_api
+    upstream_format = daemon.upstream_format
     headers = _upstream_headers(request, daemon, client_format, False)
     headers.pop("Content-Type", None)
     reply = await daemon.upstream.request("GET", "/v1/models", headers=headers)

@@ -38,6 +38,7 @@ class Exchange:
     response: Any = None
     complete: bool = False
     error: str | None = None
+    tokens: dict[str, Any] | None = None  # token ids, log-probs, weight version (local engine)
 
     @property
     def model(self) -> str | None:
@@ -65,6 +66,7 @@ class Exchange:
             "timings": {"total_ms": total_ms, "ttfb_ms": self.ttfb_ms},
             "request": self.request,
             "response": self.response,
+            **({"tokens": self.tokens} if self.tokens is not None else {}),
         }
 
     def summary(self, total_ms: float) -> str:

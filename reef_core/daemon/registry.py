@@ -8,6 +8,7 @@ number of concurrent first requests.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from reef_core.errors import NotFound
@@ -18,9 +19,12 @@ __all__ = ["OpenScenarios"]
 
 
 class OpenScenarios:
-    def __init__(self, store: Store, *, implicit: bool) -> None:
+    def __init__(
+        self, store: Store, *, implicit: bool, on_open: Callable[[Scenario], None] | None = None
+    ) -> None:
         self.store = store
         self.implicit = implicit
+        self.on_open = on_open
         self._open: dict[str, Scenario] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -41,6 +45,8 @@ class OpenScenarios:
                     )
                 scenario = await asyncio.to_thread(self.store.open, name, create=allow)
                 self._open[name] = scenario
+                if self.on_open is not None:
+                    self.on_open(scenario)
         return scenario
 
     def peek(self, name: str) -> Scenario | None:
@@ -52,12 +58,14 @@ class OpenScenarios:
         await self.get(name, create=True)
         return created
 
-    async def archive(self, name: str) -> Path:
+    async def archive(self, name: str, before_close: Callable[[str], None] | None = None) -> Path:
         validate_scenario_name(name)
         lock = self._opening.setdefault(name, asyncio.Lock())
         async with lock:
             scenario = self._open.pop(name, None)
             if scenario is not None:
+                if before_close is not None:
+                    await asyncio.to_thread(before_close, name)
                 await asyncio.to_thread(scenario.close)
             return await asyncio.to_thread(self.store.archive, name)
 

@@ -20,10 +20,14 @@ class UpstreamReply:
     status: int
     content_type: str
     body: bytes
+    #: what a local engine knows beyond the wire answer (token ids, log-probs, weight version)
+    extras: dict[str, Any] | None = None
 
 
 class UpstreamStream:
     """An open streaming response; iterate its raw chunks, then :meth:`close`."""
+
+    extras: dict[str, Any] | None = None
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
@@ -81,8 +85,12 @@ class UpstreamClient:
         headers: Mapping[str, str],
         body: bytes | None = None,
         query: str = "",
+        scenario: str | None = None,
     ) -> UpstreamReply:
-        """Send a request and read the whole answer; 4xx raises :class:`UpstreamRejected`."""
+        """Send a request and read the whole answer; 4xx raises :class:`UpstreamRejected`.
+
+        ``scenario`` is for engines that serve per-scenario weights; an HTTP upstream ignores it.
+        """
         url = self._url(path, query)
         try:
             async with self._ensure().request(method, url, data=body, headers=dict(headers)) as response:
@@ -95,7 +103,13 @@ class UpstreamClient:
         return UpstreamReply(response.status, response.headers.get("Content-Type", ""), data)
 
     async def stream(
-        self, path: str, *, headers: Mapping[str, str], body: bytes, query: str = ""
+        self,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        query: str = "",
+        scenario: str | None = None,
     ) -> UpstreamStream:
         """POST and return the open response once its headers arrived (status checked)."""
         url = self._url(path, query)
@@ -138,9 +152,3 @@ def _normalise(url: str) -> str:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def json_headers(extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json"}
-    headers.update({k: str(v) for k, v in (extra or {}).items()})
-    return headers

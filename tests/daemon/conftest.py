@@ -44,9 +44,9 @@ class RunningReef:
         self._loop.run_until_complete(self._runner.cleanup())
         self._loop.close()
 
-    def start(self) -> RunningReef:
+    def start(self, timeout: float = 10) -> RunningReef:
         self._thread.start()
-        if not self._ready.wait(10):
+        if not self._ready.wait(timeout):
             raise RuntimeError("reef did not start")
         return self
 

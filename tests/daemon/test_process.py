@@ -85,7 +85,16 @@ def test_a_taken_port_is_one_clear_line(tmp_path, upstream):
         s.listen()
         port = s.getsockname()[1]
         result = subprocess.run(
-            [REEF, "serve", "--reef.port", str(port), "--storage.state-dir", str(tmp_path)],
+            [
+                REEF,
+                "serve",
+                "--reef.port",
+                str(port),
+                "--storage.state-dir",
+                str(tmp_path),
+                "--inference.upstream-url",
+                upstream.url,
+            ],
             capture_output=True,
             text=True,
             timeout=30,

@@ -1,0 +1,123 @@
+"""The policy-gradient step and the off-policy score estimate (torch)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from recipes.grpo.samples import Sample
+from reef_core.models.tiny import TinyLM
+
+__all__ = ["Estimate", "StepStats", "estimate_reward", "group_advantages", "policy_step"]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    loss: float
+    kl: float
+    clipped: float
+    samples: int
+    reward_mean: float
+
+
+def group_advantages(groups: Sequence[Sequence[Sample]]) -> list[tuple[Sample, float]]:
+    """``(sample, advantage)`` with advantages normalised within each group; groups whose
+    answers all scored the same carry no signal and are left out."""
+    out = []
+    for group in groups:
+        rewards = [s.reward for s in group]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+        if std < 1e-8:
+            continue
+        out.extend((s, (s.reward - mean) / (std + 1e-6)) for s in group)
+    return out
+
+
+def _batch(samples: Sequence[Sample]) -> tuple[list[list[int]], list[list[int]]]:
+    return [list(s.prompt_ids) for s in samples], [list(s.response_ids) for s in samples]
+
+
+def policy_step(
+    model: TinyLM,
+    reference: TinyLM,
+    optimizer: torch.optim.Optimizer,
+    weighted: Sequence[tuple[Sample, float]],
+    *,
+    kl_coef: float,
+    clip: float,
+) -> StepStats:
+    """One PPO-clip step against the recorded (behaviour) log-probs, plus k3 KL to ``reference``."""
+    samples = [s for s, _ in weighted]
+    prompts, responses = _batch(samples)
+    model.train()
+    logp, mask = model.sequence_logprobs(prompts, responses)
+    behaviour = torch.zeros_like(logp)
+    for i, s in enumerate(samples):
+        behaviour[i, : len(s.logprobs)] = torch.tensor(s.logprobs[: logp.shape[1]])
+    advantages = torch.tensor([a for _, a in weighted], dtype=logp.dtype).unsqueeze(1)
+    ratio = torch.exp((logp - behaviour) * mask)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    with torch.no_grad():
+        ref_logp, _ = reference.sequence_logprobs(prompts, responses)
+    log_ratio = (ref_logp - logp) * mask
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    lengths = mask.sum(dim=1).clamp(min=1)
+    loss = (((per_token + kl_coef * k3) * mask).sum(dim=1) / lengths).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        clip_frac = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
+        kl = ((k3 * mask).sum(dim=1) / lengths).mean()
+    return StepStats(
+        loss=float(loss.detach()),
+        kl=float(kl),
+        clipped=float(clip_frac),
+        samples=len(samples),
+        reward_mean=sum(s.reward for s in samples) / max(1, len(samples)),
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    reward: float
+    effective_samples: float  # how many of the scored answers the estimate really rests on
+
+
+@torch.no_grad()
+def estimate_reward(model: TinyLM, samples: Sequence[Sample]) -> Estimate:
+    """Expected reward of ``model`` on answers scored by people, by self-normalised importance
+    sampling against the policy that wrote them.
+
+    The user's reward is unknown to reef, but their scores on held-out answers are not: the
+    estimate weighs each scored answer by how much more (or less) likely ``model`` is to
+    write it than the model that did.  Log-ratios are taken relative to their median and
+    clipped to ±3 (a little bias for a usable variance); the effective sample size says when a
+    model has moved so far from the scored answers that they no longer tell anything about it.
+    """
+    if not samples:
+        return Estimate(float("nan"), 0.0)
+    prompts, responses = _batch(samples)
+    logp, mask = model.sequence_logprobs(prompts, responses)
+    deltas = []
+    for i, s in enumerate(samples):
+        n = len(s.logprobs)
+        behaviour = torch.tensor(s.logprobs[: logp.shape[1]])
+        deltas.append(float(((logp[i, :n] - behaviour[:n]) * mask[i, :n]).sum()))
+    median = sorted(deltas)[len(deltas) // 2]
+    weights = [math.exp(max(-3.0, min(3.0, d - median))) for d in deltas]
+    total = sum(weights)
+    reward = sum(w * s.reward for w, s in zip(weights, samples, strict=True)) / total
+    # answers whose log-probability moved by more than the clip in either direction carry no
+    # information the clip lets through: they count against the effective sample size
+    informative = [w for w, d in zip(weights, deltas, strict=True) if abs(d) <= 6.0]
+    ess = (sum(informative) ** 2 / sum(w * w for w in informative)) if informative else 0.0
+    return Estimate(reward, ess)

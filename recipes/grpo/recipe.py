@@ -1,0 +1,241 @@
+"""The grpo recipe: scored answers of the embedded model → a better model, release by release."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recipes.grpo.objective import estimate_reward, group_advantages, policy_step
+from recipes.grpo.samples import Sample, read_scored
+from reef_core.errors import ConfigError, StoreError
+from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
+from reef_core.models.tiny import TinyLM, checkpoint, corpus, prompt_ids
+from reef_core.store import GITATTRIBUTES, Release, Scenario, build_tree, parse_pointer, read_lfs, store_lfs
+
+__all__ = ["GrpoConfig", "GrpoRecipe"]
+
+WEIGHTS = "weights/model.safetensors"
+CONFIG = "weights/config.json"
+
+
+@dataclass(frozen=True)
+class GrpoConfig:
+    group_size: int = 8  # scored answers to one prompt that make a group
+    groups_per_step: int = 2
+    lr: float = 3e-4  # below zero trains *away* from the reward: only to watch the checks refuse it
+    kl: float = 0.05  # k3 KL to the pretrained model keeps the text readable
+    clip: float = 0.2
+    max_staleness: int = 4  # samples from weights more than this many releases old are dropped
+    heldout_every: int = 5  # one prompt in this many is held out: scored, never trained on
+    heldout_min: int = 16  # held-out answers needed before the score check can judge
+    heldout_tolerance: float = 0.02  # how far the held-out estimate may dip (noise) and still pass
+    min_distinct_bytes: int = 12  # below this across sample answers, the text has collapsed
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> GrpoConfig:
+        known = {f.name: f for f in fields(cls)}
+        values = {}
+        for key, value in config.items():
+            if key in ("max_steps", "failure_streak", "step_seconds", "poll_seconds"):
+                continue  # the worker's budgets
+            if key not in known:
+                raise ConfigError(f"unknown grpo setting recipe.config.{key}", field=f"recipe.config.{key}")
+            kind = type(known[key].default)
+            try:
+                values[key] = kind(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"recipe.config.{key} must be a {kind.__name__}", field=key) from None
+        return cls(**values)
+
+
+class GrpoRecipe(Recipe):
+    name = "grpo"
+
+    def __init__(self, context: RecipeContext) -> None:
+        super().__init__(context)
+        if context.engine is None:
+            raise ConfigError(
+                "the grpo recipe trains the embedded model: serve --inference.model-path builtin:tiny"
+            )
+        self.engine = context.engine
+        self.config = GrpoConfig.from_config(context.config)
+        self._cursor: str | None = None
+        self._groups: dict[str, list[Sample]] = {}
+        self._heldout: list[Sample] = []
+        self._reference: TinyLM | None = None
+        self._trainer: TinyLM | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self.stats: dict[str, Any] = {"dropped_stale": 0, "train_seconds": [], "swap_seconds": []}
+
+    # -- releases and serving ----------------------------------------------------------------
+
+    def attach(self, scenario: Scenario) -> None:
+        """A new scenario starts at v1, the pretrained model; an old one is served its tip."""
+        tip = scenario.releases.tip()
+        if tip is None:
+            model = self.engine.base_model()
+            tree = self._tree(scenario, model, {"recipe": "grpo", "origin": "pretrained builtin:tiny"})
+            tip = scenario.releases.publish(tree, expected=None, operation="creation", verdict="pretrained")
+        self.deliver(scenario, tip)
+
+    def deliver(self, scenario: Scenario, release: Release) -> None:
+        files = scenario.releases.files(release)
+        pointer = parse_pointer(files.get(WEIGHTS, b""))
+        if pointer is None:
+            raise StoreError(f"{release.name} of {scenario.name} holds no {WEIGHTS}")
+        state = checkpoint.load_state(read_lfs(scenario.path, pointer))
+        seconds = self.engine.swap(scenario.name, state, release.number)
+        self.stats["swap_seconds"].append(round(seconds, 4))
+        self.stats["serving"] = release.name
+
+    def _tree(self, scenario: Scenario, model: TinyLM, manifest: dict[str, Any]) -> str:
+        repo = scenario.handle.repo
+        with tempfile.TemporaryDirectory(prefix="reef-grpo-") as tmp:
+            weights, config = checkpoint.save(model, Path(tmp))
+            blob, _pointer = store_lfs(repo, scenario.path, weights, link=True)
+            return str(
+                build_tree(
+                    repo,
+                    {
+                        ".gitattributes": GITATTRIBUTES,
+                        WEIGHTS: blob,
+                        CONFIG: config.read_bytes(),
+                        "reef-release.json": json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n",
+                    },
+                )
+            )
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def next_batch(self, scenario: Scenario) -> Batch | None:
+        current = self.engine.version(scenario.name)
+        for report_id, samples in read_scored(scenario, self._cursor):
+            self._cursor = report_id
+            for sample in samples:
+                if current - sample.version > self.config.max_staleness:
+                    self.stats["dropped_stale"] += 1
+                elif int(sample.group, 16) % self.config.heldout_every == 0:
+                    self._heldout = [*self._heldout[-255:], sample]
+                else:
+                    self._groups.setdefault(sample.group, []).append(sample)
+        if len(self._heldout) < self.config.heldout_min:
+            return None  # no step before there are held-out answers to judge it by
+        ready = []
+        for key, group in list(self._groups.items()):
+            if len(group) < self.config.group_size:
+                continue
+            if len({s.reward for s in group}) == 1:  # every answer scored alike: nothing to learn
+                self._groups.pop(key)
+                self.stats["no_signal_groups"] = self.stats.get("no_signal_groups", 0) + 1
+                continue
+            ready.append(key)
+        if len(ready) < self.config.groups_per_step:
+            return None
+        groups = []
+        for key in ready[: self.config.groups_per_step]:
+            group = self._groups.pop(key)
+            fresh = [s for s in group if current - s.version <= self.config.max_staleness]
+            self.stats["dropped_stale"] += len(group) - len(fresh)
+            groups.append(fresh)
+        items = tuple(s.record_id for g in groups for s in g)
+        return Batch(items, payload=groups, summary=f"{len(groups)} groups, {len(items)} scored answers")
+
+    # -- the step ----------------------------------------------------------------------------
+
+    def propose(self, scenario: Scenario, batch: Batch) -> Candidate:
+        weighted = group_advantages(batch.payload)
+        if not weighted:
+            raise ValueError("no signal: every answer in each group scored the same")
+        if self._trainer is None or self._optimizer is None or self._reference is None:
+            torch.manual_seed(self.config.seed)
+            trainer = self.engine.base_model()
+            self._optimizer = torch.optim.Adam(trainer.parameters(), lr=abs(self.config.lr))
+            self._trainer, self._reference = trainer, self.engine.base_model()
+        if self.config.lr < 0:
+            weighted = [(s, -a) for s, a in weighted]
+        served, version = self.engine.snapshot(scenario.name)
+        self._trainer.load_state_dict(served.state_dict())
+        started = time.perf_counter()
+        stats = policy_step(
+            self._trainer,
+            self._reference,
+            self._optimizer,
+            weighted,
+            kl_coef=self.config.kl,
+            clip=self.config.clip,
+        )
+        train_seconds = time.perf_counter() - started
+        self.stats["train_seconds"].append(round(train_seconds, 4))
+        candidate_model = self.engine.base_model()
+        candidate_model.load_state_dict(self._trainer.state_dict())
+        metrics = {
+            "loss": stats.loss,
+            "kl": stats.kl,
+            "clipped": stats.clipped,
+            "train_reward_mean": stats.reward_mean,
+            "train_seconds": round(train_seconds, 4),
+        }
+        manifest = {
+            "recipe": "grpo",
+            "trained_from_version": version,
+            "samples": stats.samples,
+            "metrics": metrics,
+        }
+        tree = self._tree(scenario, candidate_model, manifest)
+        return Candidate(
+            tree=tree,
+            operation="training",
+            record={"metrics": metrics, "trained_from_version": version, "samples": stats.samples},
+            payload=(served, candidate_model),
+        )
+
+    def checks(self, scenario: Scenario, candidate: Candidate) -> list:
+        served, model = candidate.payload
+
+        def heldout_score() -> CheckResult:
+            samples = list(self._heldout)
+            if len(samples) < self.config.heldout_min:  # never asked for: next_batch waits for these
+                return CheckResult("heldout_score", False, f"only {len(samples)} held-out answers")
+            now = estimate_reward(served, samples)
+            new = estimate_reward(model, samples)
+            judged = new.effective_samples >= max(4.0, 0.25 * len(samples))
+            passed = judged and new.reward >= now.reward - self.config.heldout_tolerance
+            detail = f"held-out estimate {now.reward:.3f} → {new.reward:.3f} on {len(samples)} answers"
+            if not judged:
+                detail += (
+                    f" (too far from the scored answers to judge: {new.effective_samples:.1f} effective)"
+                )
+            metrics = {
+                "heldout_current": now.reward,
+                "heldout_candidate": new.reward,
+                "heldout_effective": new.effective_samples,
+                "heldout_samples": float(len(samples)),
+            }
+            return CheckResult("heldout_score", passed, detail, metrics)
+
+        def no_collapse() -> CheckResult:
+            prompts = [prompt_ids([{"role": "user", "content": p}], 160) for p in corpus.heldout_prompts(n=8)]
+            generator = torch.Generator().manual_seed(self.config.seed)
+            answers = model.generate(prompts, max_new_tokens=48, generator=generator)
+            distinct = len({t for a in answers for t in a.tokens if t < 256})
+            mean_len = sum(len(a.tokens) for a in answers) / len(answers)
+            passed = distinct >= self.config.min_distinct_bytes and mean_len >= 2
+            return CheckResult(
+                "no_collapse",
+                passed,
+                f"{distinct} distinct bytes, mean length {mean_len:.1f}",
+                {"distinct_bytes": float(distinct), "mean_length": mean_len},
+            )
+
+        def weights_moved() -> CheckResult:
+            before, after = checkpoint.state_fingerprint(served), checkpoint.state_fingerprint(model)
+            return CheckResult("weights_moved", before != after, f"{before} → {after}")
+
+        return [heldout_score, no_collapse, weights_moved]

@@ -1,0 +1,56 @@
+"""Scored samples: what the grpo recipe reads back from records and reports."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from reef_core.store import Scenario
+
+__all__ = ["Sample", "read_scored"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    record_id: str
+    report_id: str
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    reward: float
+    version: int
+
+    @property
+    def group(self) -> str:
+        """Samples of one prompt form a group (GRPO compares answers to the same prompt)."""
+        return hashlib.sha1(bytes(str(self.prompt_ids), "ascii")).hexdigest()[:16]
+
+
+def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, list[Sample]]]:
+    """``(report id, samples)`` for each report after ``after``; records that the embedded
+    model did not produce (no token ids) are skipped."""
+    for report in scenario.data.iter_items(["report"], after=after):
+        score = report.data.get("score")
+        samples = []
+        if isinstance(score, (int, float)) and not isinstance(score, bool):
+            for ref in report.data.get("references") or []:
+                try:
+                    record = scenario.data.get(ref).data
+                except Exception:
+                    continue
+                tokens = record.get("tokens")
+                if not isinstance(tokens, dict) or not tokens.get("response_ids"):
+                    continue
+                samples.append(
+                    Sample(
+                        record_id=ref,
+                        report_id=report.id,
+                        prompt_ids=tuple(tokens["prompt_ids"]),
+                        response_ids=tuple(tokens["response_ids"]),
+                        logprobs=tuple(tokens["logprobs"]),
+                        reward=float(score),
+                        version=int(tokens.get("weight_version") or 0),
+                    )
+                )
+        yield report.id, samples

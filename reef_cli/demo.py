@@ -1,0 +1,246 @@
+"""``reef demo``: the whole loop on the embedded model, watched live.
+
+It starts ``reef serve --recipe grpo`` on ``builtin:tiny`` and plays a user with a hidden
+preference, through the public HTTP API only: ask, score, report.  reef records every
+exchange, trains on the scores, checks each candidate, publishes releases and hot-swaps
+them in; the view shows the held-out score of each release as it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from reef_cli import output as out
+from reef_cli.demo_user import DemoUser, parse_preference
+from reef_core.errors import ReefError
+
+__all__ = ["demo"]
+
+
+@dataclass
+class _View:
+    preference: str
+    target: float
+    scenario: str
+    curve: list[tuple[str, float]] = field(default_factory=list)
+    note: str = "starting"
+    last_answer: str = ""
+
+    def render(self, user: DemoUser | None, elapsed: float, serving: str) -> Panel:
+        lines = [
+            Text.assemble(
+                ("the user secretly prefers ", "dim"),
+                (self.preference, "bold"),
+                ("; reef only ever sees their scores", "dim"),
+            ),
+        ]
+        if user is not None:
+            lines.append(
+                Text(
+                    f"{elapsed:5.0f}s  {user.rate:5.1f} req/s  {user.requests} requests  "
+                    f"{user.reports} reports  serving {serving}"
+                )
+            )
+        table = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
+        table.add_column("release")
+        table.add_column(f"held-out score (target {self.target:.2f})")
+        table.add_column("", justify="right")
+        for name, score in self.curve[-14:]:
+            filled = round(score * 30)
+            bar = Text("█" * filled, style="green" if score >= self.target else "cyan")
+            bar.append("░" * (30 - filled), style="dim")
+            table.add_row(name, bar, f"{score:.2f}")
+        lines.append(table)
+        lines.append(Text(self.note, style="yellow"))
+        if self.last_answer:
+            lines.append(Text(f"last answer: {self.last_answer[:70]!r}", style="dim"))
+        return Panel(Group(*lines), title=f"reef demo · scenario {self.scenario}", border_style="blue")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_daemon(state: Path, port: int, log_path: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "reef_cli",
+        "serve",
+        "--recipe",
+        "grpo",
+        "--inference.model-path",
+        "builtin:tiny",
+        "--reef.port",
+        str(port),
+        "--storage.state-dir",
+        str(state),
+        "--inference.model-cache",
+        str(state / "models"),
+        *extra,
+    ]
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise ReefError("the daemon exited while starting:\n  " + "\n  ".join(tail))
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise ReefError(f"the daemon did not answer within {timeout:.0f}s (log: {log_path})")
+
+
+async def _play(
+    user: DemoUser, view: _View, live: Live | None, target: float, limit: float
+) -> tuple[bool, float]:
+    started = time.monotonic()
+    serving = "v1"
+
+    def refresh() -> None:
+        if live is not None:
+            live.update(view.render(user, time.monotonic() - started, serving))
+
+    view.note = "measuring the pretrained model on held-out prompts"
+    refresh()
+    view.curve.append(("v1", await user.heldout_score()))
+    seen = {"v1"}
+    view.note = "asking, scoring, reporting: reef trains in the background"
+    reached_at = None
+    while time.monotonic() - started < limit:
+        means = await asyncio.gather(user.teach_one_group(), user.teach_one_group())
+        view.note = f"last groups scored {sum(means) / len(means):.2f} on average"
+        releases = await user.releases()
+        fresh = [r for r in releases if r["release"] not in seen]
+        if fresh:
+            newest = fresh[0]["release"]
+            seen.update(r["release"] for r in fresh)
+            serving = newest
+            score = await user.heldout_score()
+            view.curve.append((newest, score))
+            if score >= target:
+                reached_at = time.monotonic() - started
+                refresh()
+                break
+        text, _ = await user.ask(user.heldout_prompts[0], capture=False, seed=1)
+        view.last_answer = text
+        refresh()
+    return reached_at is not None, reached_at or (time.monotonic() - started)
+
+
+def demo(
+    target: float = typer.Option(
+        0.8,
+        "--target",
+        min=0.05,
+        max=1.0,
+        help="Stop once a release pleases the user this often on held-out prompts.",
+    ),
+    time_limit: float = typer.Option(
+        300.0, "--time-limit", min=5, help="Stop after this many seconds of teaching."
+    ),
+    preference: str = typer.Option(
+        "starts-with:Sure",
+        "--preference",
+        help="The user's hidden preference: starts-with:WORD or shorter-than:N.",
+    ),
+    state_dir: Path = typer.Option(
+        Path(".reef/demo"), "--state-dir", help="Where the demo's scenarios and model cache live."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulated user."),
+) -> None:
+    """Watch reef teach the embedded model a user's hidden preference, from scores alone."""
+    from reef_core.models.tiny import corpus
+
+    pref = parse_preference(preference)
+    state = state_dir.expanduser().resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    scenario = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = state / "daemon.log"
+    console = out.output.console
+    proc = _start_daemon(state, port, log_path, ["--storage.pack-every", "500"])
+    view = _View(pref.description, target, scenario)
+    begun = time.monotonic()
+    try:
+        with console.status("starting reef (the first run pretrains the embedded model: about a minute)"):
+            _wait_ready(url, proc, log_path, timeout=600)
+        httpx.post(f"{url}/reef/scenarios", json={"name": scenario}, timeout=30).raise_for_status()
+        user = DemoUser(
+            url,
+            scenario,
+            pref,
+            corpus.train_prompts(seed=seed, n=200),
+            corpus.heldout_prompts(seed=seed, n=16),
+            seed=seed,
+        )
+
+        async def main() -> tuple[bool, float, dict]:
+            try:
+                with Live(view.render(None, 0, "v1"), console=console, refresh_per_second=4) as live:
+                    reached, seconds = await _play(user, view, live, target, time_limit)
+                return reached, seconds, await user.status()
+            finally:
+                await user.close()
+
+        reached, seconds, status = asyncio.run(main())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    repo = state / "scenarios" / f"{scenario}.git"
+    best = max((s for _, s in view.curve), default=0.0)
+    first = view.curve[0][1] if view.curve else 0.0
+    learning = (
+        next((row.get("learning") for row in status["scenarios"] if row["name"] == scenario), None) or {}
+    )
+    verdict = "reached" if reached else "did not reach"
+    console.print(
+        f"\n{verdict} the target {target:.2f} in {seconds:.0f}s of teaching "
+        f"(held-out {first:.2f} → best {best:.2f}; {time.monotonic() - begun:.0f}s in all, "
+        f"{learning.get('steps', 0)} steps)",
+        highlight=False,
+    )
+    recipe = learning.get("recipe") or {}
+    console.print(
+        f"one step (train, check, publish, swap): {learning.get('step_seconds') or 0:.2f}s median; "
+        f"of which training {recipe.get('train_seconds_median') or 0:.3f}s, "
+        f"swap {1000 * (recipe.get('swap_seconds_median') or 0):.1f}ms; "
+        f"{learning.get('selected', 0)} of {learning.get('steps', 0)} steps selected",
+        highlight=False,
+    )
+    console.print(f"\n$ git -C {repo} log --oneline release", highlight=False)
+    log = subprocess.run(
+        ["git", "-C", str(repo), "log", "--oneline", "release"], capture_output=True, text=True
+    )
+    console.print(log.stdout.rstrip() or log.stderr.rstrip(), highlight=False)
+    console.print(f"\nthe repository: {repo}\nthe daemon's log: {log_path}", highlight=False)
+    if not reached:
+        raise typer.Exit(1)

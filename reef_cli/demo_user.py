@@ -1,0 +1,122 @@
+"""A simulated user with a hidden preference, who talks to reef only through its public HTTP API.
+
+It asks questions, scores each answer by a rule reef never sees (say, "starts with Sure"),
+reports the scores on the receipts, and measures how well the served model pleases it on
+held-out prompts (with ``x-reef-capture: false``, so measuring never feeds training).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from reef_core.errors import InvalidInput
+
+__all__ = ["DemoUser", "Preference", "parse_preference"]
+
+
+@dataclass(frozen=True)
+class Preference:
+    description: str
+    score: Callable[[str], float]
+
+
+def parse_preference(spec: str) -> Preference:
+    """``starts-with:Sure`` or ``shorter-than:40``."""
+    kind, _, arg = spec.partition(":")
+    if kind == "starts-with" and arg:
+        return Preference(
+            f"answers that start with {arg!r}", lambda text: float(text.strip().startswith(arg))
+        )
+    if kind == "shorter-than" and arg.isdigit():
+        limit = int(arg)
+        return Preference(
+            f"answers shorter than {limit} characters", lambda text: float(len(text.strip()) < limit)
+        )
+    raise InvalidInput(
+        f"unknown preference {spec!r}: use starts-with:WORD or shorter-than:N", field="preference"
+    )
+
+
+@dataclass
+class DemoUser:
+    url: str
+    scenario: str
+    preference: Preference
+    train_prompts: list[str]
+    heldout_prompts: list[str]
+    group_size: int = 8
+    token: str | None = None
+    seed: int = 0
+    requests: int = 0
+    reports: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        headers = {"x-reef-scenario": self.scenario}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def ask(
+        self, prompt: str, *, capture: bool = True, seed: int | None = None
+    ) -> tuple[str, str | None]:
+        body: dict = {
+            "model": "builtin:tiny",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 48,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        headers = {} if capture else {"x-reef-capture": "false"}
+        response = await self._client.post("/v1/chat/completions", json=body, headers=headers)
+        response.raise_for_status()
+        self.requests += 1
+        text = response.json()["choices"][0]["message"]["content"] or ""
+        return text, response.headers.get("x-reef-agent-record-id")
+
+    async def teach_one_group(self) -> float:
+        """Ask one prompt ``group_size`` times, score every answer, report each score."""
+        prompt = self._rng.choice(self.train_prompts)
+        answers = await asyncio.gather(*(self.ask(prompt) for _ in range(self.group_size)))
+        scores = []
+        for text, receipt in answers:
+            score = self.preference.score(text)
+            scores.append(score)
+            response = await self._client.post("/reef/report", json={"score": score, "references": [receipt]})
+            response.raise_for_status()
+            self.reports += 1
+        return sum(scores) / len(scores)
+
+    async def heldout_score(self, samples_per_prompt: int = 2) -> float:
+        """How often the served model pleases the user on prompts it was never taught on."""
+        jobs = [
+            self.ask(p, capture=False, seed=1000 + i * 7 + k)
+            for i, p in enumerate(self.heldout_prompts)
+            for k in range(samples_per_prompt)
+        ]
+        answers = await asyncio.gather(*jobs)
+        return sum(self.preference.score(text) for text, _ in answers) / len(answers)
+
+    async def releases(self) -> list[dict]:
+        response = await self._client.get(f"/reef/scenarios/{self.scenario}/releases")
+        response.raise_for_status()
+        return response.json()["releases"]
+
+    async def status(self) -> dict:
+        response = await self._client.get("/reef/status")
+        response.raise_for_status()
+        return response.json()
+
+    @property
+    def rate(self) -> float:
+        return self.requests / max(1e-9, time.monotonic() - self.started)

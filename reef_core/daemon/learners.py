@@ -1,0 +1,91 @@
+"""The deployment's recipe, and one learning worker per open scenario."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from reef_core.learning import Budgets, LearningWorker, RecipeContext, load_recipe
+from reef_core.learning.recipe import BasicRecipe, Recipe
+from reef_core.store import Release, Scenario
+
+__all__ = ["Learners"]
+
+log = logging.getLogger(__name__)
+
+
+class Learners:
+    def __init__(self, recipe: type[Recipe], context: RecipeContext) -> None:
+        self.recipe = recipe
+        self.context = context
+        self.budgets = Budgets.from_config(context.config)
+        self.workers: dict[str, LearningWorker] = {}
+
+    @classmethod
+    def from_settings(cls, name: str, implementation: str | None, context: RecipeContext) -> Learners:
+        return cls(load_recipe(name, implementation), context)
+
+    @property
+    def learns(self) -> bool:
+        return self.recipe is not BasicRecipe
+
+    def attach(self, scenario: Scenario) -> None:
+        if scenario.name in self.workers or not self.learns:
+            return
+        worker = LearningWorker(scenario, self.recipe(self.context), self.budgets)
+        self.workers[scenario.name] = worker.start()
+
+    def notify(self, name: str) -> None:
+        worker = self.workers.get(name)
+        if worker is not None:
+            worker.notify()
+
+    def deliver(self, name: str, release: Release) -> None:
+        worker = self.workers.get(name)
+        if worker is not None:
+            worker.deliver(release)
+
+    def describe(self, name: str) -> dict[str, Any] | None:
+        worker = self.workers.get(name)
+        if worker is None:
+            return None
+        last = worker.outcomes[-1] if worker.outcomes else None
+        stats = getattr(worker.recipe, "stats", None)
+        return {
+            "state": worker.state,
+            "steps": worker.steps,
+            "selected": sum(1 for o in worker.outcomes if o.verdict == "selected"),
+            "step_seconds": _median([o.seconds for o in worker.outcomes]),
+            "last_step": None
+            if last is None
+            else {"step": last.step, "verdict": last.verdict, "seconds": round(last.seconds, 3)},
+            "recipe": _summarise(stats) if isinstance(stats, dict) else None,
+        }
+
+    def detach(self, name: str) -> None:
+        worker = self.workers.pop(name, None)
+        if worker is not None:
+            worker.stop()
+
+    def stop(self) -> None:
+        for name in list(self.workers):
+            self.detach(name)
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[len(ordered) // 2], 4)
+
+
+def _summarise(stats: dict[str, Any]) -> dict[str, Any]:
+    """Lists of timings become their median and count; everything else passes through."""
+    out: dict[str, Any] = {}
+    for key, value in stats.items():
+        if isinstance(value, list):
+            out[f"{key}_median"] = _median(value)
+            out[f"{key}_count"] = len(value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,105 @@
+"""The recipe contract.
+
+A recipe is one learning method.  The worker asks it, over and over:
+
+1. :meth:`Recipe.next_batch` — is there enough new material (records, reports, asks) for a
+   step?  ``None`` means "not yet";
+2. :meth:`Recipe.propose` — make one candidate from that batch (a tree for the release chain,
+   plus what the step did);
+3. :meth:`Recipe.checks` — the release checks; all must pass, and any exception rejects;
+4. :meth:`Recipe.deliver` — a release was published (by this step, a rollback or a promote):
+   make it what is served, without a restart.
+
+Recipes never move refs themselves: publishing, candidates and verdicts belong to the worker,
+so every recipe gets the same audit trail.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from reef_core.store import Release, Scenario
+
+__all__ = ["Batch", "Candidate", "CheckResult", "Recipe", "RecipeContext"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one step learns from: the items it consumed, and the recipe's own payload."""
+
+    item_ids: tuple[str, ...]
+    payload: Any = None
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One proposed update: a tree to publish, and the step's account of itself."""
+
+    tree: str  # oid of the release tree
+    operation: str  # "training", "evolve", …
+    ask: str | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    payload: Any = None  # recipe-private (e.g. the trained weights), never stored
+    needs_approval: bool = False  # publish as pending: a person must promote it
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RecipeContext:
+    """What the daemon lends a recipe: where to cache things, and the serving engine."""
+
+    cache_dir: Path
+    engine: Any = None  # the local engine when one serves, else None
+    config: dict[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+
+class Recipe(ABC):
+    """Base class of every recipe; subclasses set :attr:`name`."""
+
+    name: ClassVar[str] = "recipe"
+
+    def __init__(self, context: RecipeContext) -> None:
+        self.context = context
+
+    def attach(self, scenario: Scenario) -> None:  # noqa: B027 - optional hook
+        """A scenario was opened: set up what the recipe needs (e.g. a first release)."""
+
+    @abstractmethod
+    def next_batch(self, scenario: Scenario) -> Batch | None: ...
+
+    @abstractmethod
+    def propose(self, scenario: Scenario, batch: Batch) -> Candidate: ...
+
+    def checks(self, scenario: Scenario, candidate: Candidate) -> list[Callable[[], CheckResult]]:
+        return []
+
+    def deliver(self, scenario: Scenario, release: Release) -> None:  # noqa: B027 - optional hook
+        """Make ``release`` the one served."""
+
+    def rejected(self, scenario: Scenario, candidate: Candidate) -> None:  # noqa: B027 - optional hook
+        """The checks turned ``candidate`` down; nothing was published."""
+
+
+class BasicRecipe(Recipe):
+    """Record only: every exchange is kept, nothing is learned."""
+
+    name = "basic"
+
+    def next_batch(self, scenario: Scenario) -> Batch | None:
+        return None
+
+    def propose(self, scenario: Scenario, batch: Batch) -> Candidate:  # pragma: no cover - never asked
+        raise NotImplementedError("the basic recipe learns nothing")

@@ -1,0 +1,222 @@
+"""One background worker per scenario: batch → candidate → checks → release, within budgets.
+
+Recording never waits for learning: the daemon only :meth:`LearningWorker.notify`\\ s the
+worker, which runs in a thread of its own.  Every step leaves a candidate ref with its step
+record (what it learned from, what each check said, the verdict), whether it was selected,
+rejected or skipped; a selected one becomes a release and is delivered to serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef_core.errors import ConflictError
+from reef_core.learning.recipe import Batch, Candidate, CheckResult, Recipe
+from reef_core.store import Release, Scenario, build_tree
+
+__all__ = ["Budgets", "LearningWorker", "StepOutcome"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    max_steps: int | None = None  # stop learning after this many steps
+    failure_streak: int = 20  # pause after this many steps in a row that published nothing
+    step_seconds: float = 600.0  # a step slower than this is rejected, whatever its checks say
+    poll_seconds: float = 1.0  # how often to look for a batch without being notified
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Budgets:
+        def number(key: str, default: Any) -> Any:
+            value = config.get(key, default)
+            return default if value is None else value
+
+        return cls(
+            max_steps=config.get("max_steps"),
+            failure_streak=int(number("failure_streak", 20)),
+            step_seconds=float(number("step_seconds", 600.0)),
+            poll_seconds=float(number("poll_seconds", 1.0)),
+        )
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    step: int
+    verdict: str  # "selected", "pending", "rejected: …", "skipped: …"
+    release: Release | None
+    checks: tuple[CheckResult, ...]
+    seconds: float
+    finished_at: float = field(default_factory=time.time)
+
+
+class LearningWorker:
+    def __init__(
+        self,
+        scenario: Scenario,
+        recipe: Recipe,
+        budgets: Budgets,
+        *,
+        on_outcome: Callable[[StepOutcome], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.recipe = recipe
+        self.budgets = budgets
+        self.on_outcome = on_outcome
+        self.outcomes: list[StepOutcome] = []
+        self.steps = 0
+        self.streak = 0
+        self.state = "starting"
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._delivery = threading.Lock()  # a step and a rollback never deliver at once
+        self._thread = threading.Thread(target=self._run, name=f"reef-learner:{scenario.name}", daemon=True)
+
+    def start(self) -> LearningWorker:
+        self._thread.start()
+        return self
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 30) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def deliver(self, release: Release) -> None:
+        """Serve ``release`` now (after a rollback or promote made outside a step)."""
+        with self._delivery:
+            self.recipe.deliver(self.scenario, release)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self.recipe.attach(self.scenario)
+        except Exception as exc:
+            self.state = f"stopped: the recipe could not start: {exc}"
+            log.exception("recipe %s failed to attach to %s", self.recipe.name, self.scenario.name)
+            return
+        self.state = "idle"
+        while not self._stop.is_set():
+            if self.budgets.max_steps is not None and self.steps >= self.budgets.max_steps:
+                self.state = f"stopped: max_steps {self.budgets.max_steps} reached"
+                return
+            if self.streak >= self.budgets.failure_streak:
+                self.state = f"stopped: {self.streak} steps in a row published nothing"
+                return
+            self._wake.wait(self.budgets.poll_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                batch = self.recipe.next_batch(self.scenario)
+            except Exception:
+                log.exception("recipe %s could not form a batch", self.recipe.name)
+                continue
+            if batch is not None:
+                self._step(batch)
+                self._wake.set()  # there may be more ready already
+        self.state = "stopped"
+
+    def _step(self, batch: Batch) -> None:
+        self.state = "stepping"
+        started = time.perf_counter()
+        base = self.scenario.releases.tip()
+        checks: list[CheckResult] = []
+        candidate: Candidate | None = None
+        try:
+            candidate = self.recipe.propose(self.scenario, batch)
+            for check in self.recipe.checks(self.scenario, candidate):
+                checks.append(_run_check(check))
+        except Exception as exc:
+            verdict = f"skipped: {type(exc).__name__}: {exc}"
+            log.warning("step on %s skipped: %s", self.scenario.name, exc)
+            log.debug("%s", traceback.format_exc())
+        else:
+            failed = [c.name for c in checks if not c.passed]
+            seconds = time.perf_counter() - started
+            if seconds > self.budgets.step_seconds:
+                failed.append(f"step took {seconds:.0f}s > {self.budgets.step_seconds:.0f}s")
+            if failed:
+                verdict = "rejected: " + ", ".join(failed)
+            else:
+                verdict = "pending" if candidate.needs_approval else "selected"
+        seconds = time.perf_counter() - started
+        release = self._settle(candidate, batch, base, checks, verdict, seconds)
+        if release is None and verdict == "selected":
+            verdict = "rejected: the release chain moved during the step"
+        outcome = StepOutcome(self.steps + 1, verdict, release, tuple(checks), seconds)
+        self.steps += 1
+        self.streak = 0 if verdict in ("selected", "pending") else self.streak + 1
+        self.outcomes = [*self.outcomes[-99:], outcome]
+        self.state = "idle"
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    def _settle(
+        self,
+        candidate: Candidate | None,
+        batch: Batch,
+        base: Release | None,
+        checks: list[CheckResult],
+        verdict: str,
+        seconds: float,
+    ) -> Release | None:
+        chain = self.scenario.releases
+        record = {
+            **(candidate.record if candidate else {}),
+            "recipe": self.recipe.name,
+            "batch": {"items": list(batch.item_ids), "summary": batch.summary},
+            "checks": [
+                {"name": c.name, "passed": c.passed, "detail": c.detail, "metrics": c.metrics} for c in checks
+            ],
+            "verdict": verdict,
+            "seconds": round(seconds, 3),
+        }
+        tree = candidate.tree if candidate else (base.tree if base else _empty_tree(self.scenario))
+        stored = chain.create_candidate(
+            tree, base=base, verdict=verdict, ask=candidate.ask if candidate else None, record=record
+        )
+        if candidate is None or verdict not in ("selected", "pending"):
+            if candidate is not None:
+                self.recipe.rejected(self.scenario, candidate)
+            return None
+        if verdict == "pending":
+            chain.mark_pending(stored.step)
+            return None
+        try:
+            release = chain.publish(
+                candidate.tree,
+                expected=base.commit if base else None,
+                operation=candidate.operation,
+                ask=candidate.ask,
+                verdict="selected",
+                source=f"candidate {stored.step}",
+            )
+        except ConflictError:
+            self.recipe.rejected(self.scenario, candidate)
+            return None
+        with self._delivery:
+            self.recipe.deliver(self.scenario, release)
+        return release
+
+
+def _run_check(check: Callable[[], CheckResult]) -> CheckResult:
+    name = getattr(check, "__name__", "check")
+    try:
+        return check()
+    except Exception as exc:  # a check that cannot decide rejects: the gate fails closed
+        return CheckResult(name=name, passed=False, detail=f"error: {type(exc).__name__}: {exc}")
+
+
+def _empty_tree(scenario: Scenario) -> str:
+    return str(build_tree(scenario.handle.repo, {}))
