@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A first look at reef (the main job until the embedded model lands): the daemon's settings,
-# the daemon itself over HTTP, then a scenario round trip audited with plain git.
+# A shorter look at reef than `reef demo`: the daemon's settings, the daemon over HTTP with
+# the embedded model (cached with the demo's), then a scenario round trip audited with git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reef=.venv/bin/reef
@@ -12,13 +12,14 @@ port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); p
 "$reef" serve --print-config --reef.port "$port" --storage.state-dir "$state"
 
 echo "== the daemon, on 127.0.0.1:$port"
-"$reef" serve --reef.port "$port" --storage.state-dir "$state" &
+"$reef" serve --reef.port "$port" --storage.state-dir "$state" --inference.model-path builtin:tiny \
+    --inference.model-cache .reef/demo/models &
 daemon=$!
 trap 'kill "$daemon" 2>/dev/null || true' EXIT
 "$py" - "$port" <<'PY'
 import json, sys, time, urllib.request, urllib.error
 base = f"http://127.0.0.1:{sys.argv[1]}"
-for _ in range(100):
+for _ in range(3000):  # the first run pretrains the embedded model (about a minute)
     try:
         urllib.request.urlopen(f"{base}/healthz", timeout=1)
         break
@@ -36,7 +37,7 @@ print("POST /reef/scenarios ->", *call("POST", "/reef/scenarios", {"name": "demo
 print("GET /reef/status ->", *call("GET", "/reef/status"))
 status, body = call("POST", "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
                     {"x-reef-scenario": "demo"})
-print("POST /v1/chat/completions without an upstream ->", status, body["error"]["message"])
+print("POST /v1/chat/completions ->", status, repr(body["choices"][0]["message"]["content"]))
 PY
 kill -TERM "$daemon"
 wait "$daemon" || true

@@ -34,6 +34,7 @@ __all__ = ["BUILTIN_TINY", "LocalEngine", "LocalStream"]
 BUILTIN_TINY = "builtin:tiny"
 _MAX_NEW_TOKENS = 256
 _DEFAULT_NEW_TOKENS = 64
+_NEWLINE = 10
 
 
 class _Served:
@@ -181,8 +182,16 @@ class LocalEngine:
                 [prompt], max_new_tokens=max_new, temperature=request["temperature"], generator=generator
             )
             version = served.version
+        tokens, logprobs, finish = (
+            list(generation.tokens),
+            list(generation.logprobs),
+            generation.finish_reason,
+        )
+        if _NEWLINE in tokens:  # a reply is one line: past it the model starts writing the user's turn
+            cut = tokens.index(_NEWLINE)
+            tokens, logprobs, finish = tokens[:cut], logprobs[:cut], "stop"
         self._counter += 1
-        text = decode(generation.tokens)
+        text = decode(tokens)
         answer = {
             "id": f"chatcmpl-tiny-{self._counter}",
             "object": "chat.completion",
@@ -192,21 +201,21 @@ class LocalEngine:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
-                    "finish_reason": generation.finish_reason,
+                    "finish_reason": finish,
                     "logprobs": None,
                 }
             ],
             "usage": {
                 "prompt_tokens": len(prompt),
-                "completion_tokens": len(generation.tokens),
-                "total_tokens": len(prompt) + len(generation.tokens),
+                "completion_tokens": len(tokens),
+                "total_tokens": len(prompt) + len(tokens),
             },
         }
         extras = {
             "engine": BUILTIN_TINY,
             "prompt_ids": prompt,
-            "response_ids": list(generation.tokens),
-            "logprobs": [round(x, 6) for x in generation.logprobs],
+            "response_ids": tokens,
+            "logprobs": [round(x, 6) for x in logprobs],
             "temperature": request["temperature"],
             "weight_version": version,
         }
