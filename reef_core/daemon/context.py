@@ -12,7 +12,7 @@ from reef_core.config import Settings
 from reef_core.daemon.learners import Learners
 from reef_core.daemon.registry import OpenScenarios
 from reef_core.daemon.reports import ReportDesk
-from reef_core.upstream import UpstreamClient
+from reef_core.upstream.seam import Answerer
 
 __all__ = ["DAEMON", "Daemon", "daemon_of"]
 
@@ -21,7 +21,7 @@ __all__ = ["DAEMON", "Daemon", "daemon_of"]
 class Daemon:
     settings: Settings
     scenarios: OpenScenarios
-    upstream: UpstreamClient | Any  # or the embedded engine, which serves the same surface
+    upstream: Answerer  # an HTTP upstream, or the embedded engine behind the same seam
     reports: ReportDesk
     learners: Learners
     upstream_format: str = "openai"

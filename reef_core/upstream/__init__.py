@@ -8,5 +8,6 @@ May import: aiohttp, ``reef_core.errors``, ``reef_core.config``.
 """
 
 from reef_core.upstream.client import UpstreamClient, UpstreamReply
+from reef_core.upstream.seam import Answerer, AnswerStream
 
-__all__ = ["UpstreamClient", "UpstreamReply"]
+__all__ = ["AnswerStream", "Answerer", "UpstreamClient", "UpstreamReply"]

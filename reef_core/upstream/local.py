@@ -64,7 +64,9 @@ class LocalStream:
 
 
 class LocalEngine:
-    base_url = BUILTIN_TINY
+    """Implements :class:`~reef_core.upstream.seam.Answerer`."""
+
+    base_url: str | None = BUILTIN_TINY
     configured = True
 
     def __init__(self, base_checkpoint: Path, *, model_name: str = BUILTIN_TINY) -> None:
