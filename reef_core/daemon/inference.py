@@ -16,10 +16,10 @@ from aiohttp import web
 from reef_core.daemon.auth import presented_token
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
+from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.recording import Exchange, commit_record
 from reef_core.daemon.relay import make_relay
 from reef_core.errors import InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
-from reef_core.ids import validate_scenario_name
 from reef_core.store import Scenario
 from reef_core.wire import translate
 from reef_core.wire.models import (
@@ -44,13 +44,6 @@ routes = web.RouteTableDef()
 # -- reading the request -------------------------------------------------------------------
 
 
-def _scenario_header(request: web.Request) -> str:
-    raw = request.headers.get("x-reef-scenario", "").strip()
-    if not raw:
-        raise InvalidInput("the x-reef-scenario header is required on inference", field="x-reef-scenario")
-    return validate_scenario_name(raw, field="x-reef-scenario")
-
-
 def _capture(request: web.Request) -> bool:
     raw = request.headers.get("x-reef-capture")
     if raw is None:
@@ -68,17 +61,6 @@ def _tags(request: web.Request) -> dict[str, str]:
         for name, value in request.headers.items()
         if name.lower().startswith(prefix) and len(name) > len(prefix) and value
     }
-
-
-async def _json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
-    raw = await request.read()
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"the request body is not valid JSON: {exc}", field="body") from None
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object", field="body")
-    return raw, body
 
 
 def _validate(body: dict[str, Any]) -> None:
@@ -161,9 +143,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def _inference(request: web.Request, client_format: str) -> web.StreamResponse:
     daemon = daemon_of(request)
-    name = _scenario_header(request)
+    name = scenario_header(request)
     capture = _capture(request)
-    raw, body = await _json_body(request)
+    raw, body = await json_body(request)
     _validate(body)
     scenario = await daemon.scenarios.get(name) if capture else None
     release = scenario.releases.tip() if scenario is not None else None
@@ -290,7 +272,7 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
 @routes.post("/v1/messages/count_tokens")
 async def count_tokens(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
-    raw, body = await _json_body(request)
+    raw, body = await json_body(request)
     if daemon.upstream_format == "anthropic":
         headers = _upstream_headers(request, daemon, "anthropic", False)
         reply = await daemon.upstream.request(

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from reef_core import __version__
 from reef_core.daemon.context import daemon_of
-from reef_core.daemon.inference import _json_body, _scenario_header
+from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput, NotFound
 from reef_core.ids import parse_item_id, validate_scenario_name
@@ -31,8 +31,8 @@ async def healthz(request: web.Request) -> web.Response:
 @routes.post("/reef/report")
 async def report(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
-    name = _scenario_header(request)
-    _, body = await _json_body(request)
+    name = scenario_header(request)
+    _, body = await json_body(request)
     parsed = parse_report(body)
     if not daemon.scenarios.store.exists(name):
         raise NotFound(f"no scenario {name!r}", field="x-reef-scenario")
@@ -71,7 +71,7 @@ async def list_scenarios(request: web.Request) -> web.Response:
 
 @routes.post("/reef/scenarios")
 async def create_scenario(request: web.Request) -> web.Response:
-    _, body = await _json_body(request)
+    _, body = await json_body(request)
     name = validate_scenario_name(body.get("name"), field="name")
     created = await daemon_of(request).scenarios.create(name)
     return web.json_response({"name": name, "created": created}, status=201 if created else 200)
@@ -181,7 +181,7 @@ async def rollback(request: web.Request) -> web.Response:
     """Publish an earlier release's content again, as a new release, and serve it."""
     daemon = daemon_of(request)
     name = validate_scenario_name(request.match_info["name"])
-    _, body = await _json_body(request)
+    _, body = await json_body(request)
     target = body.get("release")
     if not isinstance(target, (str, int)) or isinstance(target, bool):
         raise InvalidInput("release must name a release, such as v2", field="release")
