@@ -16,7 +16,7 @@ __all__ = ["json_body", "scenario_header"]
 def scenario_header(request: web.Request) -> str:
     raw = request.headers.get("x-reef-scenario", "").strip()
     if not raw:
-        raise InvalidInput("the x-reef-scenario header is required on inference", field="x-reef-scenario")
+        raise InvalidInput("the x-reef-scenario header is required", field="x-reef-scenario")
     return validate_scenario_name(raw, field="x-reef-scenario")
 
 
