@@ -90,8 +90,11 @@ class RecipeSettings:
     name: str = _setting("basic", "the learning recipe this deployment runs")
     implementation: str | None = _setting(None, "dotted reference package.module:Class overriding the name")
     config: dict[str, Any] = _setting({}, "recipe-specific settings (recipe.config.<field>)")
-    proposer_sandbox: str = _setting(
-        "none", "sandbox for the agent proposer", env="REEF_PROPOSER_SANDBOX", choices=("none", "bwrap")
+    proposer_sandbox: str | None = _setting(
+        None,
+        "run reefine's agent proposer: bwrap (sandboxed) or none (trusted host); unset: the text proposer",
+        env="REEF_PROPOSER_SANDBOX",
+        choices=("none", "bwrap"),
     )
 
 

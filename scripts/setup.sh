@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 # torch (the "model" extra) is pinned to 2.13.0, which these machines install from a local
 # CPU wheel (pip's find-links); elsewhere, point pip at a CPU build to avoid a CUDA download.
 extras="model"
+dev=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="model,dev" ;;
+    --dev) extras="model,dev"; dev=1 ;;
     *) echo "setup.sh: unknown option $arg (use --dev)" >&2; exit 2 ;;
   esac
 done
@@ -44,4 +45,44 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 spec=".[$extras]"
 .venv/bin/python -m pip install -q -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c 'import reef_core, reef_cli' # fails loudly if the install did not work
+
+# pi, the coding agent that reefine's release check ("health") starts, pinned and installed inside
+# the project (.cache/tools, gitignored) with npm's cache next to it.  It needs node >= 20.6.  The
+# tests drive the real binary, so --dev insists on it; a plain setup only says what is missing.
+pi_version=0.73.1
+pi_manifest="$PWD/.cache/tools/node_modules/@mariozechner/pi-coding-agent/package.json"
+skip_pi() {
+  if [ "$dev" = 1 ]; then
+    echo "$1" >&2
+    exit 1
+  fi
+  echo "note: $1; reef works without it, but reefine's health check needs pi $pi_version"
+}
+node_ok() {
+  node -e 'const [a, b] = process.versions.node.split(".").map(Number);
+           process.exit(a > 20 || (a === 20 && b >= 6) ? 0 : 1)' 2>/dev/null
+}
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  if [ "$dev" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing nodejs and npm with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  skip_pi "pi needs node >= 20.6 and npm: install them (e.g. sudo apt-get install nodejs npm) and rerun"
+elif ! node_ok; then
+  skip_pi "pi needs node >= 20.6; this node is $(node --version): install a newer one and rerun"
+elif [ "$(node -p "try { require(process.argv[1]).version } catch { '' }" "$pi_manifest")" != "$pi_version" ]
+then
+  echo "installing pi $pi_version into .cache/tools with npm"
+  # --ignore-scripts: pi runs without its dependencies' install scripts (koffi, protobufjs), and
+  # skipping them keeps the install the same whichever npm runs it.
+  npm_config_cache="$PWD/.cache/npm" npm install --prefix .cache/tools --save-exact --ignore-scripts \
+    --no-audit --no-fund --loglevel=error "@mariozechner/pi-coding-agent@$pi_version" >/dev/null
+  if ! .cache/tools/node_modules/.bin/pi --version </dev/null >/dev/null 2>&1; then
+    echo "pi $pi_version was installed but does not start: try .cache/tools/node_modules/.bin/pi --version" >&2
+    exit 1
+  fi
+fi
 echo "reef is set up: .venv/bin/reef"

@@ -57,6 +57,7 @@ class GrpoConfig:
 
 class GrpoRecipe(Recipe):
     name = "grpo"
+    consumes = frozenset({"record", "report"})
 
     def __init__(self, context: RecipeContext) -> None:
         super().__init__(context)

@@ -11,19 +11,20 @@ from pathlib import Path
 from aiohttp import web
 
 from reef_core.config import Settings
-from reef_core.daemon import inference, reef_routes
+from reef_core.daemon import harness_routes, inference, reef_routes, release_routes
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
 from reef_core.daemon.learners import Learners
+from reef_core.daemon.model_calls import UpstreamModel
 from reef_core.daemon.registry import OpenScenarios
-from reef_core.daemon.reports import ReportDesk
+from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.errors import ConfigError
 from reef_core.learning import RecipeContext
 from reef_core.store import Store, StoreOptions
 from reef_core.upstream import UpstreamClient
 
-__all__ = ["build_app", "serve", "wants_local_model"]
+__all__ = ["announce", "build_app", "serve", "wants_local_model"]
 
 log = logging.getLogger("reef")
 
@@ -49,13 +50,27 @@ def build_app(settings: Settings) -> web.Application:
         StoreOptions(max_batch=storage.max_batch, pack_every=storage.pack_every, fsync=storage.fsync),
     )
     cache_dir = settings.inference.model_cache or storage.state_dir / "models"
-    context = RecipeContext(cache_dir=Path(cache_dir), config=dict(settings.recipe.config), log=log.info)
+    context = RecipeContext(
+        cache_dir=Path(cache_dir),
+        config=dict(settings.recipe.config),
+        log=log.info,
+        served_model=settings.inference.upstream_model or "default",
+        token=settings.reef.tokens[0] if settings.reef.tokens else None,
+        proposer_sandbox=settings.recipe.proposer_sandbox,
+    )
     learners = Learners.from_settings(settings.recipe.name, settings.recipe.implementation, context)
+    if learners.recipe.needs_model_endpoint and not settings.inference.upstream_url:
+        raise ConfigError(
+            f"the {learners.recipe.name} recipe needs a model endpoint: set --inference.upstream-url "
+            "(and --inference.upstream-model) or REEF_UPSTREAM_URL",
+            field="inference.upstream_url",
+        )
     daemon = Daemon(
         settings=settings,
         scenarios=OpenScenarios(store, implicit=settings.reef.implicit_scenarios, on_open=learners.attach),
         upstream=UpstreamClient(settings.inference.upstream_url, timeout_s=settings.inference.timeout_s),
         reports=ReportDesk(),
+        asks=KeyedDesk("ask"),
         learners=learners,
         upstream_format=settings.inference.upstream_api,
     )
@@ -66,12 +81,17 @@ def build_app(settings: Settings) -> web.Application:
     app[DAEMON] = daemon
     app.add_routes(inference.routes)
     app.add_routes(reef_routes.routes)
+    app.add_routes(release_routes.routes)
+    app.add_routes(harness_routes.routes)
 
     async def start_local_model(app: web.Application) -> None:
         engine = await asyncio.to_thread(_local_engine, Path(cache_dir), settings)
         if engine is not None:
             daemon.upstream = daemon.engine = context.engine = engine
             daemon.upstream_format = "openai"
+
+    async def lend_model(app: web.Application) -> None:
+        context.model = UpstreamModel(daemon, asyncio.get_running_loop())
 
     async def shutdown(app: web.Application) -> None:
         await asyncio.to_thread(learners.stop)
@@ -80,8 +100,14 @@ def build_app(settings: Settings) -> web.Application:
 
     if wants_local_model(settings):
         app.on_startup.append(start_local_model)
+    app.on_startup.append(lend_model)
     app.on_cleanup.append(shutdown)
     return app
+
+
+def announce(app: web.Application, url: str) -> None:
+    """Tell the recipes where harnesses reach this daemon (known once it listens)."""
+    app[DAEMON].learners.context.daemon_url = url
 
 
 def _local_engine(cache_dir: Path, settings: Settings):  # -> LocalEngine | None
@@ -112,6 +138,8 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
     site = web.TCPSite(runner, settings.reef.host, settings.reef.port)
     await site.start()
     url = f"http://{settings.reef.host}:{settings.reef.port}"
+    wildcard = settings.reef.host in ("0.0.0.0", "::", "")
+    announce(app, f"http://127.0.0.1:{settings.reef.port}" if wildcard else url)
     if ready is not None:
         ready(url)
     stop = asyncio.Event()

@@ -11,7 +11,7 @@ from aiohttp import web
 from reef_core.config import Settings
 from reef_core.daemon.learners import Learners
 from reef_core.daemon.registry import OpenScenarios
-from reef_core.daemon.reports import ReportDesk
+from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.upstream.seam import Answerer
 
 __all__ = ["DAEMON", "Daemon", "daemon_of"]
@@ -23,6 +23,7 @@ class Daemon:
     scenarios: OpenScenarios
     upstream: Answerer  # an HTTP upstream, or the embedded engine behind the same seam
     reports: ReportDesk
+    asks: KeyedDesk
     learners: Learners
     upstream_format: str = "openai"
     engine: Any = None  # the embedded model engine, when it serves

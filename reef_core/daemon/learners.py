@@ -45,6 +45,18 @@ class Learners:
         if worker is not None:
             worker.deliver(release)
 
+    def progress(self, name: str, item_id: str) -> dict[str, Any] | None:
+        """What this process's worker knows of an item it took (None: not taken since start)."""
+        worker = self.workers.get(name)
+        return None if worker is None else worker.progress.get(item_id)
+
+    def rebase(self, name: str, record: dict[str, Any], new_base: Release) -> str | None:
+        """A stored candidate's tree rebuilt on ``new_base`` by the scenario's recipe, if it can."""
+        worker = self.workers.get(name)
+        if worker is None:
+            return None
+        return worker.recipe.rebase(worker.scenario, record, new_base)
+
     def describe(self, name: str) -> dict[str, Any] | None:
         worker = self.workers.get(name)
         if worker is None:

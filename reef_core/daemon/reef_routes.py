@@ -1,4 +1,7 @@
-"""reef's own routes: health, reports, scenarios, audit reads, status."""
+"""reef's own routes: health, reports, scenarios, audit reads, status.
+
+Releases and their operations live in ``release_routes``; asks and pages in ``harness_routes``.
+"""
 
 from __future__ import annotations
 
@@ -116,89 +119,6 @@ async def get_record(request: web.Request) -> web.Response:
         raise InvalidInput(f"{item_id} is a {item_id.kind}, not a record", field="id")
     item = await asyncio.to_thread(reader.data.get, item_id)
     return web.json_response(item.data, dumps=_dumps)
-
-
-@routes.get("/reef/scenarios/{name}/releases")
-async def list_releases(request: web.Request) -> web.Response:
-    """The chain, newest first, with each release's step record; then pending and rejected steps."""
-    reader = _reader(request, request.match_info["name"])
-
-    def read() -> dict[str, Any]:
-        chain = reader.releases
-        current = chain.tip()
-        candidates = {c.step: c for c in chain.candidates()}
-        rows = []
-        for release in chain:
-            step = _step_of(release.source)
-            record = candidates[step].record if step in candidates else {}
-            rows.append(
-                {
-                    "release": release.name,
-                    "number": release.number,
-                    "commit": release.commit,
-                    "operation": release.operation,
-                    "ask": release.ask,
-                    "verdict": release.verdict,
-                    "source": release.source,
-                    "created_at": release.created_at,
-                    "current": current is not None and release.commit == current.commit,
-                    "metrics": _metrics(record),
-                }
-            )
-        pending, rejected = set(chain.pending()), set(chain.rejected())
-        steps = [
-            {
-                "step": c.step,
-                "verdict": c.verdict,
-                "ask": c.ask,
-                "metrics": _metrics(c.record),
-                "pending": c.step in pending,
-                "rejected_by_person": c.step in rejected,
-            }
-            for c in candidates.values()
-        ]
-        return {"releases": rows, "steps": steps}
-
-    return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
-
-
-def _step_of(source: str | None) -> int | None:
-    if source and source.startswith("candidate ") and source[len("candidate ") :].isdigit():
-        return int(source[len("candidate ") :])
-    return None
-
-
-def _metrics(record: dict[str, Any]) -> dict[str, float]:
-    merged: dict[str, float] = {}
-    for check in record.get("checks", []):
-        merged.update(check.get("metrics") or {})
-    merged.update(record.get("metrics") or {})
-    return merged
-
-
-@routes.post("/reef/scenarios/{name}/rollback")
-async def rollback(request: web.Request) -> web.Response:
-    """Publish an earlier release's content again, as a new release, and serve it."""
-    daemon = daemon_of(request)
-    name = validate_scenario_name(request.match_info["name"])
-    _, body = await json_body(request)
-    target = body.get("release")
-    if not isinstance(target, (str, int)) or isinstance(target, bool):
-        raise InvalidInput("release must name a release, such as v2", field="release")
-    if not daemon.scenarios.store.exists(name):
-        raise NotFound(f"no scenario {name!r}", field="name")
-    scenario = await daemon.scenarios.get(name, create=False)
-    expected = body.get("expected")
-    if expected is not None and not isinstance(expected, str):
-        raise InvalidInput("expected must be a release commit id", field="expected")
-
-    def publish():
-        tip = scenario.releases.tip()
-        return scenario.releases.rollback(target, expected=expected or (tip.commit if tip else None))
-
-    release = await asyncio.to_thread(publish)
-    await asyncio.to_thread(daemon.learners.deliver, name, release)
-    return web.json_response({"release": release.name, "commit": release.commit, "source": release.source})
 
 
 @routes.get("/reef/status")

@@ -17,7 +17,7 @@ from reef_core.errors import ConflictError, InvalidInput
 from reef_core.ids import parse_item_id
 from reef_core.store import Scenario
 
-__all__ = ["ReportDesk", "ReportInput", "parse_report"]
+__all__ = ["KeyedDesk", "ReportDesk", "ReportInput", "parse_report"]
 
 _FIELDS = {"score", "feedback", "references", "metadata", "agent_record_id"}
 _MAX_REFERENCES = 1000
@@ -85,12 +85,55 @@ def parse_report(body: Any) -> ReportInput:
     return ReportInput(score, feedback, tuple(references), metadata, key)
 
 
-class ReportDesk:
-    """Accepts reports for the daemon's scenarios; one idempotency index per scenario."""
+class KeyedDesk:
+    """Appends items of one kind, idempotent by the client's ``agent_record_id``.
 
-    def __init__(self) -> None:
+    Resending the same content under the same key returns the stored item; different content
+    under a used key is a conflict.  One key index per scenario, read once per process.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
         self._keys: dict[str, dict[str, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+
+    async def append(
+        self, scenario: Scenario, content: dict[str, Any], *, key: str | None, summary: str
+    ) -> tuple[str, bool]:
+        """Store ``content``; returns ``(id, created)``."""
+        lock = self._locks.setdefault(scenario.name, asyncio.Lock())
+        async with lock:
+            if key is not None:
+                keys = await self._index(scenario)
+                existing = keys.get(key)
+                if existing is not None:
+                    stored = await asyncio.to_thread(scenario.data.get, existing)
+                    if {k: stored.data.get(k) for k in content} != content:
+                        raise ConflictError(
+                            f"agent_record_id {key!r} was already used for a different {self.kind} "
+                            f"({existing})",
+                            field="agent_record_id",
+                        )
+                    return existing, False
+            document = {**content, "idempotency_key": key}
+            item_id = await asyncio.wrap_future(scenario.append(self.kind, document, summary=summary))
+            if key is not None:
+                self._keys[scenario.name][key] = item_id
+            return item_id, True
+
+    async def _index(self, scenario: Scenario) -> dict[str, str]:
+        keys = self._keys.get(scenario.name)
+        if keys is None:
+            keys = await asyncio.to_thread(_scan_keys, scenario, self.kind)
+            self._keys[scenario.name] = keys
+        return keys
+
+
+class ReportDesk(KeyedDesk):
+    """Accepts reports for the daemon's scenarios."""
+
+    def __init__(self) -> None:
+        super().__init__("report")
 
     async def submit(self, scenario: Scenario, report: ReportInput) -> tuple[str, bool]:
         """Store ``report``; returns ``(report id, created)``."""
@@ -100,39 +143,13 @@ class ReportDesk:
                     f"references[{i}]: {ref} is not a record of scenario {scenario.name}",
                     field=f"references[{i}]",
                 )
-        lock = self._locks.setdefault(scenario.name, asyncio.Lock())
-        async with lock:
-            if report.key is not None:
-                keys = await self._index(scenario)
-                existing = keys.get(report.key)
-                if existing is not None:
-                    stored = await asyncio.to_thread(scenario.data.get, existing)
-                    if {k: stored.data.get(k) for k in report.content()} != report.content():
-                        raise ConflictError(
-                            f"agent_record_id {report.key!r} was already used for a different "
-                            f"report ({existing})",
-                            field="agent_record_id",
-                        )
-                    return existing, False
-            document = {**report.content(), "idempotency_key": report.key}
-            future = scenario.append("report", document, summary=report.summary())
-            report_id = await asyncio.wrap_future(future)
-            if report.key is not None:
-                self._keys[scenario.name][report.key] = report_id
-            return report_id, True
-
-    async def _index(self, scenario: Scenario) -> dict[str, str]:
-        keys = self._keys.get(scenario.name)
-        if keys is None:
-            keys = await asyncio.to_thread(_scan_keys, scenario)
-            self._keys[scenario.name] = keys
-        return keys
+        return await self.append(scenario, report.content(), key=report.key, summary=report.summary())
 
 
-def _scan_keys(scenario: Scenario) -> dict[str, str]:
-    """Idempotency keys of the reports already stored (read once per scenario and process)."""
+def _scan_keys(scenario: Scenario, kind: str) -> dict[str, str]:
+    """Idempotency keys of the items of ``kind`` already stored."""
     return {
         item.data["idempotency_key"]: item.id
-        for item in scenario.data.iter_items(["report"])
+        for item in scenario.data.iter_items([kind])
         if item.data.get("idempotency_key")
     }

@@ -8,7 +8,9 @@ A recipe is one learning method.  The worker asks it, over and over:
    plus what the step did);
 3. :meth:`Recipe.checks` — the release checks; all must pass, and any exception rejects;
 4. :meth:`Recipe.deliver` — a release was published (by this step, a rollback or a promote):
-   make it what is served, without a restart.
+   make it what is served, without a restart;
+5. :meth:`Recipe.rebase` — the chain moved while a candidate was made or waited (another
+   step, a rollback): rebuild it on the new tip, or say it cannot be.
 
 Recipes never move refs themselves: publishing, candidates and verdicts belong to the worker,
 so every recipe gets the same audit trail.
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from reef_core.learning.model import ModelCaller
 from reef_core.store import Release, Scenario
 
 __all__ = ["Batch", "Candidate", "CheckResult", "Recipe", "RecipeContext"]
@@ -58,18 +61,28 @@ class CheckResult:
 
 @dataclass
 class RecipeContext:
-    """What the daemon lends a recipe: where to cache things, and the serving engine."""
+    """What the daemon lends a recipe: where to cache things, the serving engine, the model."""
 
     cache_dir: Path
     engine: Any = None  # the local engine when one serves, else None
     config: dict[str, Any] = field(default_factory=dict)
     log: Callable[[str], None] = print
+    model: ModelCaller | None = None  # the served model, called unrecorded
+    served_model: str = "default"  # the model name a harness asks reef for
+    daemon_url: str | None = None  # where harnesses reach this daemon (known once it listens)
+    token: str | None = None  # a token the daemon accepts, for harness checks routed through it
+    proposer_sandbox: str | None = None  # REEF_PROPOSER_SANDBOX: how an agent proposer may run
 
 
 class Recipe(ABC):
     """Base class of every recipe; subclasses set :attr:`name`."""
 
     name: ClassVar[str] = "recipe"
+    #: which data items the recipe learns from ("record", "report", "ask"); the daemon refuses
+    #: asks when the serving recipe does not take them
+    consumes: ClassVar[frozenset[str]] = frozenset()
+    #: the recipe calls the served model, so the daemon must have an upstream endpoint
+    needs_model_endpoint: ClassVar[bool] = False
 
     def __init__(self, context: RecipeContext) -> None:
         self.context = context
@@ -91,6 +104,13 @@ class Recipe(ABC):
 
     def rejected(self, scenario: Scenario, candidate: Candidate) -> None:  # noqa: B027 - optional hook
         """The checks turned ``candidate`` down; nothing was published."""
+
+    def rebase(self, scenario: Scenario, record: dict[str, Any], new_base: Release) -> str | None:
+        """The tree of a candidate (described by its step ``record``) rebuilt on ``new_base``.
+
+        ``None`` (the default) means it cannot be: the candidate is rejected as a conflict.
+        """
+        return None
 
 
 class BasicRecipe(Recipe):

@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reef_core.errors import ConflictError
@@ -23,6 +23,8 @@ from reef_core.store import Release, Scenario, build_tree
 __all__ = ["Budgets", "LearningWorker", "StepOutcome"]
 
 log = logging.getLogger(__name__)
+
+_CONFLICT_RETRIES = 2  # a step whose base moved is rebuilt and checked again at most this often
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class StepOutcome:
     checks: tuple[CheckResult, ...]
     seconds: float
     finished_at: float = field(default_factory=time.time)
+    candidate_step: int | None = None
 
 
 class LearningWorker:
@@ -73,6 +76,8 @@ class LearningWorker:
         self.steps = 0
         self.streak = 0
         self.state = "starting"
+        #: item id -> {"state": proposing|checking|settled, "result": …} for items this worker took
+        self.progress: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._delivery = threading.Lock()  # a step and a rollback never deliver at once
@@ -130,37 +135,83 @@ class LearningWorker:
     def _step(self, batch: Batch) -> None:
         self.state = "stepping"
         started = time.perf_counter()
+        self._mark(batch, "proposing")
         base = self.scenario.releases.tip()
         checks: list[CheckResult] = []
         candidate: Candidate | None = None
         try:
             candidate = self.recipe.propose(self.scenario, batch)
-            for check in self.recipe.checks(self.scenario, candidate):
-                checks.append(_run_check(check))
+            self._mark(batch, "checking")
+            checks = self._check(candidate)
         except Exception as exc:
             verdict = f"skipped: {type(exc).__name__}: {exc}"
             log.warning("step on %s skipped: %s", self.scenario.name, exc)
             log.debug("%s", traceback.format_exc())
         else:
-            failed = [c.name for c in checks if not c.passed]
+            verdict = self._verdict(candidate, checks, started)
+        release, step = None, None
+        for attempt in range(_CONFLICT_RETRIES + 1):
             seconds = time.perf_counter() - started
-            if seconds > self.budgets.step_seconds:
-                failed.append(f"step took {seconds:.0f}s > {self.budgets.step_seconds:.0f}s")
-            if failed:
-                verdict = "rejected: " + ", ".join(failed)
-            else:
-                verdict = "pending" if candidate.needs_approval else "selected"
+            settled = self._settle(
+                candidate, batch, base, checks, verdict, seconds, retry=attempt < _CONFLICT_RETRIES
+            )
+            release, step = settled.release, settled.step
+            if settled.rebased is None or candidate is None:
+                if settled.conflict:
+                    verdict = settled.verdict
+                break
+            # the chain moved under the step: the same change, rebuilt on the new tip, checked again
+            base = settled.new_base
+            candidate = replace(candidate, tree=settled.rebased)
+            self._mark(batch, "checking")
+            checks = self._check(candidate)
+            verdict = self._verdict(candidate, checks, started)
         seconds = time.perf_counter() - started
-        release = self._settle(candidate, batch, base, checks, verdict, seconds)
-        if release is None and verdict == "selected":
-            verdict = "rejected: the release chain moved during the step"
-        outcome = StepOutcome(self.steps + 1, verdict, release, tuple(checks), seconds)
+        outcome = StepOutcome(self.steps + 1, verdict, release, tuple(checks), seconds, candidate_step=step)
         self.steps += 1
         self.streak = 0 if verdict in ("selected", "pending") else self.streak + 1
         self.outcomes = [*self.outcomes[-99:], outcome]
+        self._settled(batch, outcome)
         self.state = "idle"
         if self.on_outcome is not None:
             self.on_outcome(outcome)
+
+    def _check(self, candidate: Candidate) -> list[CheckResult]:
+        """Run the checks in order and stop at the first that fails: a candidate that failed a
+        screen must not go on to be shown to a harness or a reviewer."""
+        results = []
+        for check in self.recipe.checks(self.scenario, candidate):
+            results.append(_run_check(check))
+            if not results[-1].passed:
+                break
+        return results
+
+    def _verdict(self, candidate: Candidate, checks: list[CheckResult], started: float) -> str:
+        failed = [c.name for c in checks if not c.passed]
+        seconds = time.perf_counter() - started
+        if seconds > self.budgets.step_seconds:
+            failed.append(f"step took {seconds:.0f}s > {self.budgets.step_seconds:.0f}s")
+        if failed:
+            return "rejected: " + ", ".join(failed)
+        return "pending" if candidate.needs_approval else "selected"
+
+    # -- progress, by the items a step consumed -------------------------------------------------
+
+    def _mark(self, batch: Batch, state: str) -> None:
+        for item in batch.item_ids:
+            self.progress[item] = {"state": state, "result": None}
+
+    def _settled(self, batch: Batch, outcome: StepOutcome) -> None:
+        result = {
+            "verdict": outcome.verdict,
+            "release": outcome.release.name if outcome.release else None,
+            "step": outcome.candidate_step,
+            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in outcome.checks],
+        }
+        for item in batch.item_ids:
+            self.progress[item] = {"state": "settled", "result": result}
+
+    # -- storing the step and publishing ---------------------------------------------------------
 
     def _settle(
         self,
@@ -170,7 +221,9 @@ class LearningWorker:
         checks: list[CheckResult],
         verdict: str,
         seconds: float,
-    ) -> Release | None:
+        *,
+        retry: bool,
+    ) -> _Settled:
         chain = self.scenario.releases
         record = {
             **(candidate.record if candidate else {}),
@@ -179,35 +232,68 @@ class LearningWorker:
             "checks": [
                 {"name": c.name, "passed": c.passed, "detail": c.detail, "metrics": c.metrics} for c in checks
             ],
-            "verdict": verdict,
             "seconds": round(seconds, 3),
         }
         tree = candidate.tree if candidate else (base.tree if base else _empty_tree(self.scenario))
-        stored = chain.create_candidate(
-            tree, base=base, verdict=verdict, ask=candidate.ask if candidate else None, record=record
-        )
-        if candidate is None or verdict not in ("selected", "pending"):
-            if candidate is not None:
-                self.recipe.rejected(self.scenario, candidate)
-            return None
-        if verdict == "pending":
-            chain.mark_pending(stored.step)
-            return None
-        try:
-            release = chain.publish(
-                candidate.tree,
-                expected=base.commit if base else None,
-                operation=candidate.operation,
-                ask=candidate.ask,
-                verdict="selected",
-                source=f"candidate {stored.step}",
+        ask = candidate.ask if candidate else None
+        with self.scenario.publish_lock:  # this process's publishers take turns; others lose the CAS
+            tip = chain.tip()
+            moved = (tip.commit if tip else None) != (base.commit if base else None)
+            if candidate is not None and verdict == "selected" and moved and tip is not None:
+                rebased = self._rebase(record, tip) if retry else None
+                verdict = (
+                    f"rejected: conflict: the release chain moved from {base.name if base else 'none'} "
+                    f"to {tip.name} during the step; "
+                    + ("retried on the new tip" if rebased else "the change cannot be rebuilt on it")
+                )
+                stored = chain.create_candidate(
+                    tree, base=base, verdict=verdict, ask=ask, record={**record, "verdict": verdict}
+                )
+                if rebased is None:
+                    self.recipe.rejected(self.scenario, candidate)
+                return _Settled(None, stored.step, verdict, conflict=True, rebased=rebased, new_base=tip)
+            stored = chain.create_candidate(
+                tree, base=base, verdict=verdict, ask=ask, record={**record, "verdict": verdict}
             )
-        except ConflictError:
-            self.recipe.rejected(self.scenario, candidate)
-            return None
+            if candidate is None or verdict not in ("selected", "pending"):
+                if candidate is not None:
+                    self.recipe.rejected(self.scenario, candidate)
+                return _Settled(None, stored.step, verdict)
+            if verdict == "pending":
+                chain.mark_pending(stored.step)
+                return _Settled(None, stored.step, verdict)
+            try:
+                release = chain.publish(
+                    candidate.tree,
+                    expected=base.commit if base else None,
+                    operation=candidate.operation,
+                    ask=candidate.ask,
+                    verdict="selected",
+                    source=f"candidate {stored.step}",
+                )
+            except ConflictError as exc:  # another process published between our look and our swap
+                self.recipe.rejected(self.scenario, candidate)
+                return _Settled(None, stored.step, f"rejected: conflict: {exc}", conflict=True)
         with self._delivery:
             self.recipe.deliver(self.scenario, release)
-        return release
+        return _Settled(release, stored.step, verdict)
+
+    def _rebase(self, record: dict[str, Any], tip: Release) -> str | None:
+        try:
+            return self.recipe.rebase(self.scenario, record, tip)
+        except Exception:
+            log.exception("recipe %s could not rebase a candidate", self.recipe.name)
+            return None
+
+
+@dataclass(frozen=True)
+class _Settled:
+    release: Release | None
+    step: int
+    verdict: str
+    conflict: bool = False
+    rebased: str | None = None  # the tree rebuilt on the new tip, to check and publish again
+    new_base: Release | None = None
 
 
 def _run_check(check: Callable[[], CheckResult]) -> CheckResult:

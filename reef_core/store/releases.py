@@ -142,7 +142,11 @@ class ReleaseChain:
         raise NotFound(f"no release v{number}", field="release")
 
     def files(self, release: Release) -> dict[str, bytes]:
-        return {path: blob.data for path, blob in iter_files(self._repo, tree_at(self._repo, release.tree))}
+        return self.tree_files(release.tree)
+
+    def tree_files(self, tree: str) -> dict[str, bytes]:
+        """Every file of a tree (a release's, a candidate's), path -> content."""
+        return {path: blob.data for path, blob in iter_files(self._repo, tree_at(self._repo, tree))}
 
     def _release_of(self, commit: pygit2.Commit) -> Release:
         trailers = parse_trailers(commit.message)
@@ -363,15 +367,19 @@ class ReleaseChain:
         if not create_ref_exclusive(self._repo, f"{PENDING_PREFIX}{step}", pygit2.Oid(hex=candidate.commit)):
             raise ConflictError(f"candidate {step} is already pending")
 
-    def promote(self, step: int, *, expected: str | None) -> Release:
-        """Publish a pending candidate as a new release and clear it from pending."""
+    def promote(self, step: int, *, expected: str | None, tree: str | None = None) -> Release:
+        """Publish a pending candidate as a new release and clear it from pending.
+
+        ``tree`` replaces the candidate's own when the chain moved after it was made and its
+        change was rebuilt on the new tip.
+        """
         name = f"{PENDING_PREFIX}{step}"
         with self._claim(name) as txn:
             candidate = self.candidate(step)
             done = next((r for r in self if r.source == f"candidate {step}"), None)
             if done is None:
                 done = self.publish(
-                    candidate.tree,
+                    tree or candidate.tree,
                     expected=expected,
                     operation="promote",
                     ask=candidate.ask,

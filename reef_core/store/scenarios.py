@@ -12,6 +12,7 @@ sit beside a running daemon.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -78,6 +79,9 @@ class Scenario(ScenarioReader):
             self._lock.release()
             raise
         self._closed = False
+        #: held by this process's publishers (learning steps, rollback, promote) around the
+        #: look at the tip and the swap, so they take turns instead of racing
+        self.publish_lock = threading.RLock()
 
     def append(
         self,

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from reef_core.config import load_settings
 from reef_core.daemon import build_app
+from reef_core.daemon.app import announce
 from reef_core.store import ScenarioReader, Store
 from tests.fakes.upstream import ScriptedUpstream
 
@@ -33,12 +34,14 @@ class RunningReef:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._runner = web.AppRunner(build_app(self.settings), access_log=None)
+        self.app = build_app(self.settings)
+        self._runner = web.AppRunner(self.app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
+        announce(self.app, self.url)
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(self._runner.cleanup())

@@ -1,0 +1,252 @@
+"""The harness routes: asks in, their progress, the served tree's manifest, step pages.
+
+| route | what |
+|---|---|
+| ``POST /reef/train`` | store a screened ask; the recipe's worker takes it from there |
+| ``GET /reef/harness/requests/{id}/progress`` | queued, proposing, checking, settled + result |
+| ``GET /reef/harness/requests/{id}/page`` | the step page once settled (a redirect), else a waiting page |
+| ``GET /reef/harness?release=`` | files, release and requirements of the served (or named) tree |
+| ``GET /reef/harness/releases/{n}/page`` | the HTML page of step ``n`` (or of release ``vN``) |
+
+Pages are opened from a browser, so they take the scenario as ``?scenario=`` and, when reef
+has tokens, a page key (``?key=``) in place of the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import json
+from typing import Any
+
+from aiohttp import web
+
+from reef_core.daemon.asks import parse_ask
+from reef_core.daemon.context import Daemon, daemon_of
+from reef_core.daemon.parsing import json_body, scenario_header
+from reef_core.errors import ConfigError, InvalidInput, NotFound
+from reef_core.ids import parse_item_id, validate_scenario_name
+from reef_core.release.pages import StepView, page_path, render_step_page, request_page_path
+from reef_core.store import Candidate, Release, ScenarioReader
+
+__all__ = ["ask_progress", "routes"]
+
+routes = web.RouteTableDef()
+
+MANIFEST_PATH = "reef-release.json"
+
+
+def _scenario(request: web.Request) -> str:
+    """The scenario of a read: the header, or ``?scenario=`` (browsers cannot send headers)."""
+    if "x-reef-scenario" in request.headers:
+        return scenario_header(request)
+    value = request.query.get("scenario")
+    if not value:
+        raise InvalidInput("name the scenario: the x-reef-scenario header or ?scenario=", field="scenario")
+    return validate_scenario_name(value, field="scenario")
+
+
+def _reader(daemon: Daemon, name: str) -> ScenarioReader:
+    return daemon.scenarios.peek(name) or daemon.scenarios.store.reader(name)
+
+
+@routes.post("/reef/train")
+async def train(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name = scenario_header(request)
+    _, body = await json_body(request)
+    ask = parse_ask(body)
+    if "ask" not in daemon.learners.recipe.consumes:
+        raise ConfigError(
+            f"this reef runs the {daemon.learners.recipe.name} recipe, which does not learn from asks: "
+            "start it with --recipe reefine",
+            field="recipe",
+        )
+    scenario = await daemon.scenarios.get(name)
+    ask_id, created = await daemon.asks.append(scenario, ask.content(), key=ask.key, summary=ask.summary())
+    if created:
+        daemon.learners.notify(name)
+    tokens = daemon.settings.reef.tokens
+    return web.json_response(
+        {
+            "agent_record_id": ask_id,
+            "scenario": name,
+            "request_type": "ask",
+            "created": created,
+            "page_path": request_page_path(name, ask_id, tokens),
+            "progress_path": f"/reef/harness/requests/{ask_id}/progress",
+        }
+    )
+
+
+def ask_progress(daemon: Daemon, name: str, ask_id: str) -> dict[str, Any]:
+    """Where an ask stands; settled steps are read back from their candidates after a restart."""
+    reader = _reader(daemon, name)
+    ask = reader.data.get(ask_id)  # NotFound names it
+    live = daemon.learners.progress(name, ask_id)
+    tokens = daemon.settings.reef.tokens
+    if live is not None:
+        state, result = live["state"], live["result"]
+    else:
+        state, result = "queued", None
+        for candidate in reversed(reader.releases.candidates()):
+            if ask_id in candidate.record.get("batch", {}).get("items", []):
+                state, result = "settled", _result_of(reader, candidate)
+                break
+    if result is not None and result.get("step") is not None:
+        result = {**result, "page_path": page_path(name, result["step"], tokens)}
+    return {"id": ask_id, "scenario": name, "text": ask.data.get("text"), "state": state, "result": result}
+
+
+def _result_of(reader: ScenarioReader, candidate: Candidate) -> dict[str, Any]:
+    release = next((r for r in reader.releases if r.source == f"candidate {candidate.step}"), None)
+    return {
+        "verdict": candidate.verdict,
+        "release": release.name if release else None,
+        "step": candidate.step,
+        "checks": [
+            {"name": c.get("name"), "passed": c.get("passed"), "detail": c.get("detail")}
+            for c in candidate.record.get("checks", [])
+        ],
+    }
+
+
+def _ask_id(request: web.Request) -> str:
+    parsed = parse_item_id(request.match_info["id"], field="id")
+    if parsed.kind != "ask":
+        raise InvalidInput(f"{parsed} is a {parsed.kind}, not an ask", field="id")
+    return str(parsed)
+
+
+@routes.get("/reef/harness/requests/{id}/progress")
+async def progress(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name, ask_id = _scenario(request), _ask_id(request)
+    return web.json_response(await asyncio.to_thread(ask_progress, daemon, name, ask_id))
+
+
+@routes.get("/reef/harness/requests/{id}/page")
+async def request_page(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name, ask_id = _scenario(request), _ask_id(request)
+    state = await asyncio.to_thread(ask_progress, daemon, name, ask_id)
+    result = state["result"]
+    if state["state"] == "settled" and result and result.get("page_path"):
+        raise web.HTTPSeeOther(result["page_path"])
+    text = state["text"] or ""
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="3">'
+        f'<title>reef: {state["state"]}</title></head><body style="font:15px system-ui;margin:2rem">'
+        f"<h1>Your ask is {state['state']}</h1><blockquote>{html.escape(text)}</blockquote>"
+        "<p>This page refreshes by itself and shows the result when the step settles.</p></body></html>"
+    )
+    return web.Response(text=body, content_type="text/html")
+
+
+@routes.get("/reef/harness")
+async def harness(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name = _scenario(request)
+    wanted = request.query.get("release")
+    with_content = request.query.get("content", "false").lower() == "true"
+
+    def read() -> dict[str, Any]:
+        reader = _reader(daemon, name)
+        release = reader.releases.get(wanted) if wanted else reader.releases.tip()
+        if release is None:
+            raise NotFound(f"scenario {name!r} has no release yet", field="release")
+        files = reader.releases.files(release)
+        try:
+            manifest = json.loads(files.get(MANIFEST_PATH, b"{}"))
+        except ValueError:
+            manifest = {}
+        rows = []
+        for path, data in sorted(files.items()):
+            row: dict[str, Any] = {
+                "path": path,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+            if with_content:
+                row["content"] = data.decode("utf-8", "replace")
+            rows.append(row)
+        return {
+            "scenario": name,
+            "release": release.name,
+            "commit": release.commit,
+            "operation": release.operation,
+            "ask": release.ask,
+            "requires": manifest.get("requires", {}) if isinstance(manifest, dict) else {},
+            "manifest": manifest,
+            "files": rows,
+        }
+
+    return web.json_response(await asyncio.to_thread(read))
+
+
+@routes.get("/reef/harness/releases/{n}/page")
+async def step_page(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name = _scenario(request)
+    raw = request.match_info["n"]
+    html_text = await asyncio.to_thread(_render_page, _reader(daemon, name), raw)
+    return web.Response(text=html_text, content_type="text/html")
+
+
+def _render_page(reader: ScenarioReader, raw: str) -> str:
+    chain = reader.releases
+    releases = list(chain)
+    if raw.startswith("v"):
+        release = chain.get(raw)
+        source = release.source or ""
+        if not source.startswith("candidate ") or not source[10:].isdigit():
+            return _release_only_page(reader, release, releases)
+        step = int(source[10:])
+    elif raw.lstrip("c").isdigit():
+        step = int(raw.lstrip("c"))
+    else:
+        raise InvalidInput(f"{raw!r} is neither a step number nor a release such as v2", field="n")
+    candidate = chain.candidate(step)
+    by_commit = {r.commit: r for r in releases}
+    base = by_commit.get(candidate.base) if candidate.base else None
+    published = next((r for r in releases if r.source == f"candidate {step}"), None)
+    if published is not None:
+        status = "selected"
+    elif step in chain.pending():
+        status = "pending"
+    elif step in chain.rejected():
+        status = "rejected by a person"
+    else:
+        status = candidate.verdict.split(":")[0] or "rejected"
+    view = StepView(
+        scenario=reader.name,
+        step=step,
+        status=status,
+        verdict=candidate.verdict,
+        ask=candidate.ask,
+        record=candidate.record,
+        base_name=base.name if base else None,
+        release_name=published.name if published else None,
+        base_files=chain.files(base) if base else {},
+        files=chain.tree_files(candidate.tree),
+    )
+    return render_step_page(view)
+
+
+def _release_only_page(reader: ScenarioReader, release: Release, releases: list[Release]) -> str:
+    """A release that no step made (creation, rollback): its diff against the one before."""
+    older = next((r for r in releases if r.number == release.number - 1), None)
+    view = StepView(
+        scenario=reader.name,
+        step=0,
+        status="selected",
+        verdict=release.verdict or release.operation,
+        ask=release.ask,
+        record={"design": f"{release.operation} ({release.source or 'no step'})"},
+        base_name=older.name if older else None,
+        release_name=release.name,
+        base_files=reader.releases.files(older) if older else {},
+        files=reader.releases.files(release),
+    )
+    return render_step_page(view)

@@ -1,0 +1,160 @@
+"""The release chain of a scenario, and what a person does to it: roll back, promote, reject.
+
+Every operation publishes by compare-and-swap under the scenario's publish lock (learning
+steps take the same lock), so a lost race is a 409 naming what moved, never an overwrite.
+Pending candidates have no release number until promoted; they are named by their step,
+``c5`` (or plain ``5``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from reef_core.daemon.context import Daemon, daemon_of
+from reef_core.daemon.parsing import json_body
+from reef_core.errors import ConflictError, InvalidInput, NotFound
+from reef_core.ids import validate_scenario_name
+from reef_core.release.listing import release_listing, step_of_source
+from reef_core.store import Release, Scenario, ScenarioReader
+
+__all__ = ["parse_step", "routes"]
+
+routes = web.RouteTableDef()
+
+
+def _reader(daemon: Daemon, name: str) -> ScenarioReader:
+    validate_scenario_name(name)
+    return daemon.scenarios.peek(name) or daemon.scenarios.store.reader(name)
+
+
+async def _open(daemon: Daemon, name: str) -> Scenario:
+    validate_scenario_name(name)
+    if not daemon.scenarios.store.exists(name):
+        raise NotFound(f"no scenario {name!r}", field="name")
+    return await daemon.scenarios.get(name, create=False)
+
+
+def parse_step(value: object) -> int:
+    """``c5``, ``"5"`` or ``5`` → 5; a published ``vN`` is refused with what to use instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text[:1] in ("c", "C") else text
+        if digits.isdigit() and int(digits) >= 1:
+            return int(digits)
+        if text[:1] == "v" and text[1:].isdigit():
+            raise InvalidInput(
+                f"{text} is a published release; a pending candidate is named by its step, such as c5 "
+                "(see the releases listing)",
+                field="release",
+            )
+    raise InvalidInput("release must name a pending candidate by its step, such as c5", field="release")
+
+
+@routes.get("/reef/scenarios/{name}/releases")
+async def list_releases(request: web.Request) -> web.Response:
+    """The chain, newest first, with each release's step record; then every step."""
+    daemon = daemon_of(request)
+    reader = _reader(daemon, request.match_info["name"])
+    listing = await asyncio.to_thread(release_listing, reader, daemon.settings.reef.tokens)
+    return web.json_response(listing, dumps=_dumps)
+
+
+def _released(release: Release) -> dict[str, Any]:
+    return {"release": release.name, "commit": release.commit, "source": release.source}
+
+
+@routes.post("/reef/scenarios/{name}/rollback")
+async def rollback(request: web.Request) -> web.Response:
+    """Publish an earlier release's content again, as a new release, and serve it."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    _, body = await json_body(request)
+    target = body.get("release")
+    if not isinstance(target, (str, int)) or isinstance(target, bool):
+        raise InvalidInput("release must name a release, such as v2", field="release")
+    expected = body.get("expected")
+    if expected is not None and not isinstance(expected, str):
+        raise InvalidInput("expected must be a release commit id", field="expected")
+    scenario = await _open(daemon, name)
+
+    def publish() -> Release:
+        with scenario.publish_lock:
+            tip = scenario.releases.tip()
+            return scenario.releases.rollback(target, expected=expected or (tip.commit if tip else None))
+
+    release = await asyncio.to_thread(publish)
+    await asyncio.to_thread(daemon.learners.deliver, name, release)
+    return web.json_response(_released(release))
+
+
+@routes.post("/reef/scenarios/{name}/promote")
+async def promote(request: web.Request) -> web.Response:
+    """Publish a pending candidate (rebuilt on the current release if the chain moved since)."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    _, body = await json_body(request)
+    step = parse_step(body.get("release", body.get("step")))
+    scenario = await _open(daemon, name)
+
+    def publish() -> Release:
+        chain = scenario.releases
+        with scenario.publish_lock:
+            candidate = chain.candidate(step)
+            if step not in chain.pending():
+                raise ConflictError(_not_pending(scenario, step, candidate.verdict), field="release")
+            tip = chain.tip()
+            tree = None
+            if (tip.commit if tip else None) != candidate.base and tip is not None:
+                tree = daemon.learners.rebase(name, candidate.record, tip)
+                if tree is None:
+                    raise ConflictError(
+                        f"c{step} was made on an older release and its change cannot be rebuilt on "
+                        f"{tip.name}: reject it and ask again",
+                        field="release",
+                    )
+            return chain.promote(step, expected=tip.commit if tip else None, tree=tree)
+
+    release = await asyncio.to_thread(publish)
+    await asyncio.to_thread(daemon.learners.deliver, name, release)
+    return web.json_response(_released(release))
+
+
+@routes.post("/reef/scenarios/{name}/reject")
+async def reject(request: web.Request) -> web.Response:
+    """Turn a pending candidate down: it leaves pending, is marked rejected, and is never served."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    _, body = await json_body(request)
+    step = parse_step(body.get("release", body.get("step")))
+    scenario = await _open(daemon, name)
+
+    def turn_down() -> None:
+        chain = scenario.releases
+        with scenario.publish_lock:
+            candidate = chain.candidate(step)
+            if step not in chain.pending():
+                raise ConflictError(_not_pending(scenario, step, candidate.verdict), field="release")
+            chain.reject(step)
+
+    await asyncio.to_thread(turn_down)
+    return web.json_response({"step": step, "name": f"c{step}", "rejected": True})
+
+
+def _not_pending(scenario: ScenarioReader, step: int, verdict: str) -> str:
+    chain = scenario.releases
+    if step in chain.rejected():
+        return f"c{step} is not pending: a person rejected it"
+    done = next((r for r in chain if step_of_source(r.source) == step), None)
+    if done is not None:
+        return f"c{step} is not pending: it was published as {done.name}"
+    return f"c{step} is not pending (its verdict: {verdict})"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,65 @@
+"""Harness trees: the adapter-neutral artifact the reefine recipe evolves, and the seam to render it.
+
+| module   | owns |
+|---|---|
+| ``tree``   | entries, changes, the release manifest, well-formedness, diffs and the approval rule |
+| ``render`` | the :class:`Renderer` protocol, render targets, finding an adapter's renderer by name |
+| ``diff``   | file-by-file unified diffs between two trees (reviewer prompt, step page, review TUI) |
+
+Owns: the tree as a value over ``dict[str, bytes]`` file maps. Pure: no git, no network, no files.
+Does not own: storing trees as commits (``reef_core.store``), screening their text
+(``reef_core.release``), any one harness's layout (``adapters/<name>/render.py``).
+May import: ``reef_core.errors``, ``reef_core.ids`` and the standard library only.
+"""
+
+from reef_core.harness.diff import FileDiff, diff_files, diff_text
+from reef_core.harness.render import ADAPTERS, APIS, Renderer, Target, renderer_for
+from reef_core.harness.tree import (
+    APPROVAL_CONFIG_KEYS,
+    KINDS,
+    MANIFEST_PATH,
+    MAX_ENTRIES,
+    MAX_ENTRY_BYTES,
+    OPS,
+    REEF_OWNED_CONFIG_KEYS,
+    Change,
+    Entry,
+    Frontmatter,
+    HarnessTree,
+    Manifest,
+    TreeError,
+    changed_entries,
+    is_reserved,
+    needs_approval,
+    parse_frontmatter,
+    summarize_changes,
+)
+
+__all__ = [
+    "ADAPTERS",
+    "APIS",
+    "APPROVAL_CONFIG_KEYS",
+    "KINDS",
+    "MANIFEST_PATH",
+    "MAX_ENTRIES",
+    "MAX_ENTRY_BYTES",
+    "OPS",
+    "REEF_OWNED_CONFIG_KEYS",
+    "Change",
+    "Entry",
+    "FileDiff",
+    "Frontmatter",
+    "HarnessTree",
+    "Manifest",
+    "Renderer",
+    "Target",
+    "TreeError",
+    "changed_entries",
+    "diff_files",
+    "diff_text",
+    "is_reserved",
+    "needs_approval",
+    "parse_frontmatter",
+    "renderer_for",
+    "summarize_changes",
+]

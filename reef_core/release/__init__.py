@@ -1,0 +1,28 @@
+"""Release: what stands between a candidate and a published release.
+
+| module    | owns |
+|---|---|
+| ``screens`` | credential, instruction-override and chat-template screens over text and file maps |
+| ``pages``   | the self-contained HTML page of a step, and the page keys that open it |
+
+Owns: deciding whether content may be stored or published (release checks grow here).
+Does not own: the release chain itself (``reef_core.store``), what a recipe proposes (``recipes/``),
+harness tree structure (``reef_core.harness``).
+May import: ``reef_core.harness``, ``reef_core.errors`` and the standard library.
+"""
+
+from reef_core.release.pages import StepView, page_key, page_path, render_step_page, request_page_path
+from reef_core.release.screens import RULES, Hit, redact_credentials, screen_files, screen_text
+
+__all__ = [
+    "RULES",
+    "Hit",
+    "StepView",
+    "page_key",
+    "page_path",
+    "redact_credentials",
+    "render_step_page",
+    "request_page_path",
+    "screen_files",
+    "screen_text",
+]
