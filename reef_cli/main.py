@@ -7,20 +7,17 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from reef_cli import exits, scenario
+from reef_cli import evolve, exits, export, log, releases, report, scenario, status
 from reef_cli import output as out
 from reef_cli.demo import demo
-from reef_cli.log import log
 from reef_cli.serve import serve
 from reef_core import __version__
-from reef_core.errors import ReefError
+from reef_core.errors import ReefError, Unauthorized
 
 __all__ = [
     "app",
     "run",
 ]
-
-_state = {"debug": False}
 
 
 class _ReefGroup(TyperGroup):
@@ -30,9 +27,12 @@ class _ReefGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except ReefError as exc:
-            if _state["debug"]:
+            if out.output.debug:
                 raise
-            out.output.error(exc.message)
+            message = exc.message
+            if isinstance(exc, Unauthorized):
+                message += " (reef sends $REEF_TOKEN as the bearer token)"
+            out.output.error(message)
             raise typer.Exit(exits.exit_code(exc)) from None
 
 
@@ -57,15 +57,23 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
     ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors, and where data came from."),
 ) -> None:
     """reef: record, learn, release."""
-    _state["debug"] = debug
+    out.output.debug = debug
 
 
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
+app.command("status")(status.status)
 app.add_typer(scenario.app, name="scenario")
-app.command("log")(log)
+app.command("evolve")(evolve.evolve)
+app.command("releases")(releases.releases)
+app.command("promote")(releases.promote)
+app.command("reject")(releases.reject)
+app.command("rollback")(releases.rollback)
+app.command("report")(report.report)
+app.command("log")(log.log)
+app.command("export")(export.export)
 app.command("demo")(demo)
 
 

@@ -1,14 +1,23 @@
-"""``reef scenario list|create|show|archive``, on the state directory."""
+"""``reef scenario list|create|show|archive``.
+
+Through the daemon when one answers at ``--url`` (it then opens, or closes, the scenario
+itself); otherwise on the state directory directly.  Archiving directly fails with a conflict
+while another process writes the scenario.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from reef_cli import output as out
+from reef_cli.output import JsonOption
+from reef_cli.sources import UrlOption, connect, open_source
 from reef_cli.state import StateDirOption, open_store
+from reef_core.client import DaemonUnavailable
 
 __all__ = [
     "app",
@@ -16,58 +25,59 @@ __all__ = [
 
 app = typer.Typer(help="Create, list, inspect and archive scenarios.", no_args_is_help=True)
 
-JsonOption = typer.Option(False, "--json", help="Machine-readable output.")
-
-
-def _summary(store, name: str) -> dict:
-    reader = store.reader(name)
-    tip = reader.releases.tip()
-    return {
-        "name": name,
-        "path": str(reader.path),
-        "counts": reader.data.counts(),
-        "release": tip.name if tip else None,
-        "pending": reader.releases.pending(),
-    }
-
 
 @app.command("list")
-def list_(state_dir: Path | None = StateDirOption, as_json: bool = JsonOption) -> None:
+def list_(url: str = UrlOption, state_dir: Path | None = StateDirOption, as_json: bool = JsonOption) -> None:
     """List scenarios with their record counts and current release."""
-    store = open_store(state_dir)
-    rows = [_summary(store, name) for name in store.names()]
+    source = open_source(url, state_dir)
+    rows = source.scenarios()
     if as_json:
         out.output.json(rows)
         return
     if not rows:
-        out.output.console.print(f"no scenarios in {store.state_dir}")
+        out.output.console.print(f"no scenarios ({source.description})", highlight=False)
         return
     table = Table(box=None, pad_edge=False)
-    for column in ("scenario", "records", "reports", "asks", "release"):
+    for column in ("scenario", "records", "reports", "asks", "release", "pending"):
         table.add_column(column, style="bold" if column == "scenario" else None)
     for row in rows:
         c = row["counts"]
-        table.add_row(row["name"], str(c["record"]), str(c["report"]), str(c["ask"]), row["release"] or "-")
+        pending = ", ".join(f"c{n}" for n in row.get("pending") or []) or "-"
+        table.add_row(
+            row["name"], str(c["record"]), str(c["report"]), str(c["ask"]), row["release"] or "-", pending
+        )
     out.output.console.print(table)
 
 
 @app.command()
-def create(name: str, state_dir: Path | None = StateDirOption, as_json: bool = JsonOption) -> None:
+def create(
+    name: str,
+    url: str = UrlOption,
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+) -> None:
     """Create a scenario (its git repository)."""
-    store = open_store(state_dir)
-    created = store.create(name)
+    result = _through_daemon(url, lambda client: client.create_scenario(name))
+    if result is None:
+        store = open_store(state_dir)
+        result = {"name": name, "created": store.create(name), "path": str(store.path_of(name))}
     if as_json:
-        out.output.json({"name": name, "created": created, "path": str(store.path_of(name))})
+        out.output.json(result)
         return
-    verb = "created" if created else "exists:"
-    out.output.console.print(f"{verb} {name} at {store.path_of(name)}", highlight=False)
+    verb = "created" if result["created"] else "exists:"
+    where = f" at {result['path']}" if result.get("path") else ""
+    out.output.console.print(f"{verb} {name}{where}", highlight=False)
 
 
 @app.command()
-def show(name: str, state_dir: Path | None = StateDirOption, as_json: bool = JsonOption) -> None:
+def show(
+    name: str,
+    url: str = UrlOption,
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+) -> None:
     """Show one scenario: where it lives, what it holds, its current release."""
-    store = open_store(state_dir)
-    row = _summary(store, name)
+    row = open_source(url, state_dir).scenario(name)
     if as_json:
         out.output.json(row)
         return
@@ -78,16 +88,39 @@ def show(name: str, state_dir: Path | None = StateDirOption, as_json: bool = Jso
     console.print(f"  items       {c['record']} records, {c['report']} reports, {c['ask']} asks")
     console.print(f"  release     {row['release'] or 'none yet'}")
     if row["pending"]:
-        console.print(f"  pending     {', '.join(map(str, row['pending']))}")
+        console.print(f"  pending     {', '.join(f'c{n}' for n in row['pending'])}")
+    learning = row.get("learning")
+    if learning:
+        console.print(
+            f"  learning    {learning.get('state')}, {learning.get('steps', 0)} steps", highlight=False
+        )
     console.print(f"  audit       git -C {row['path']} log --oneline data", highlight=False)
 
 
 @app.command()
-def archive(name: str, state_dir: Path | None = StateDirOption, as_json: bool = JsonOption) -> None:
+def archive(
+    name: str,
+    url: str = UrlOption,
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+) -> None:
     """Move a scenario out of service; its repository is kept whole under archive/."""
-    store = open_store(state_dir)
-    target = store.archive(name)
+    result = _through_daemon(url, lambda client: client.archive_scenario(name))
+    if result is None:
+        result = {"name": name, "archived_to": str(open_store(state_dir).archive(name))}
     if as_json:
-        out.output.json({"name": name, "archived_to": str(target)})
+        out.output.json(result)
         return
-    out.output.console.print(f"archived {name} to {target}", highlight=False)
+    out.output.console.print(f"archived {name} to {result['archived_to']}", highlight=False)
+
+
+def _through_daemon(url: str, call: Any) -> dict[str, Any] | None:
+    """``call(client)`` on the daemon; None when no daemon answers (then the caller works directly)."""
+    with connect(url) as client:
+        try:
+            result = call(client)
+        except DaemonUnavailable as exc:
+            out.output.note(f"{exc.message}: working on the state directory directly")
+            return None
+    out.output.note(f"source: the daemon at {client.url}")
+    return result

@@ -1,0 +1,183 @@
+"""``reef releases | promote | reject | rollback``: a scenario's release chain and its operations.
+
+``releases`` reads (the daemon, or the repository when none answers); the operations change
+the chain, so they go through the daemon, which publishes by compare-and-swap: a chain that
+moved under the caller is a conflict (exit 3), never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from reef_cli import output as out
+from reef_cli.output import JsonOption
+from reef_cli.sources import UrlOption, connect, open_source
+from reef_cli.state import StateDirOption
+
+__all__ = [
+    "promote",
+    "reject",
+    "releases",
+    "rollback",
+]
+
+_ASK_WIDTH = 48
+
+
+def releases(
+    scenario: str = typer.Argument(..., help="The scenario."),
+    url: str = UrlOption,
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Show the release chain (newest first), which one serves, and candidates not published."""
+    listing = open_source(url, state_dir).releases(scenario)
+    if as_json:
+        out.output.json(listing)
+        return
+    console = out.output.console
+    rows = listing["releases"]
+    if not rows:
+        console.print(f"{scenario} has no release yet", highlight=False)
+    else:
+        table = Table(box=None, pad_edge=False)
+        for column in ("", "release", "operation", "verdict", "ask", "metrics", "created"):
+            _column(table, column)
+        for row in rows:
+            table.add_row(
+                "[green]●[/]" if row["current"] else "",
+                f"[bold]{row['release']}[/]" if row["current"] else row["release"],
+                row["operation"],
+                escape(row.get("verdict") or "-"),
+                escape(_short(row.get("ask"))),
+                _metrics(row.get("metrics")),
+                out.when(row.get("created_at")),
+            )
+        console.print(table)
+    waiting = [step for step in listing["steps"] if not step.get("release")]  # not published
+    if waiting:
+        console.print()
+        table = Table(box=None, pad_edge=False)
+        for column in ("candidate", "state", "verdict", "ask", "metrics"):
+            _column(table, column)
+        for step in waiting:
+            table.add_row(
+                step.get("name") or f"c{step['step']}",
+                _state(step),
+                escape(step.get("verdict") or "-"),
+                escape(_short(step.get("ask"))),
+                _metrics(step.get("metrics")),
+            )
+        console.print(table)
+    current = next((row["release"] for row in rows if row["current"]), None)
+    console.print()
+    console.print(f"current: {current or 'none'}", highlight=False)
+    pending = [f"c{s['step']}" for s in waiting if s["pending"]]
+    if pending:
+        console.print(
+            f"pending: {', '.join(pending)}  (approve: reef promote {scenario} {pending[0]} · "
+            f"turn down: reef reject {scenario} {pending[0]})",
+            highlight=False,
+        )
+
+
+def _column(table: Table, name: str) -> None:
+    # one line per row: a long ask or verdict is cut short (--json has it whole)
+    if name in ("ask", "verdict"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=12)
+    elif name == "metrics":
+        table.add_column(name, min_width=10)
+    else:
+        table.add_column(name, no_wrap=True)
+
+
+def _state(step: dict[str, Any]) -> str:
+    if step.get("pending"):
+        return "[yellow]pending[/]"
+    if step.get("rejected_by_person"):
+        return "[red]rejected by a person[/]"
+    return "[dim]not published[/]"
+
+
+def _short(text: str | None) -> str:
+    if not text:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _ASK_WIDTH else flat[: _ASK_WIDTH - 1] + "…"
+
+
+def _metrics(metrics: dict[str, Any] | None) -> str:
+    if not metrics:
+        return ""
+    shown = []
+    for key, value in list(metrics.items())[:3]:
+        shown.append(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}")
+    return escape(" ".join(shown))
+
+
+def rollback(
+    scenario: str = typer.Argument(..., help="The scenario."),
+    release: str = typer.Argument(..., help="The release whose content serves again, e.g. v2."),
+    expected: str | None = typer.Option(
+        None,
+        "--expected",
+        help="The current release's commit as you saw it; if the chain has moved since, nothing "
+        "changes and reef exits 3.",
+    ),
+    url: str = UrlOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Serve an earlier release again, published as a new release (history is never rewritten)."""
+    with connect(url) as client:
+        result = client.rollback(scenario, release, expected=expected)
+    if as_json:
+        out.output.json(result)
+        return
+    out.output.console.print(
+        f"rolled back {scenario}: {result['release']} now serves the content of {result['source']} "
+        f"(commit {result['commit'][:12]})",
+        highlight=False,
+    )
+
+
+def promote(
+    scenario: str = typer.Argument(..., help="The scenario."),
+    candidate: str = typer.Argument(..., help="The pending candidate, e.g. c5."),
+    url: str = UrlOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Approve a pending candidate: publish it as a new release, which then serves."""
+    with connect(url) as client:
+        result = client.promote(scenario, candidate)
+    if as_json:
+        out.output.json(result)
+        return
+    out.output.console.print(
+        f"promoted {result.get('source') or candidate} in {scenario}: {result['release']} serves it "
+        f"(commit {result['commit'][:12]})",
+        highlight=False,
+    )
+
+
+def reject(
+    scenario: str = typer.Argument(..., help="The scenario."),
+    candidate: str = typer.Argument(..., help="The pending candidate, e.g. c5."),
+    url: str = UrlOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Turn down a pending candidate: it is never published; the current release keeps serving."""
+    with connect(url) as client:
+        result = client.reject(scenario, candidate)
+    if as_json:
+        out.output.json(result)
+        return
+    step = result.get("step")
+    out.output.console.print(
+        f"rejected {candidate if step is None else f'c{step}'} in {scenario}: it will not be published",
+        highlight=False,
+    )

@@ -1,0 +1,65 @@
+"""``reef status``: the daemon (running or not) and every scenario: releases, counts, learning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from reef_cli import output as out
+from reef_cli.output import JsonOption
+from reef_cli.sources import UrlOption, open_source
+from reef_cli.state import StateDirOption
+
+__all__ = ["status"]
+
+
+def status(url: str = UrlOption, state_dir: Path | None = StateDirOption, as_json: bool = JsonOption) -> None:
+    """Show whether a daemon runs, what it serves, and each scenario's state."""
+    source = open_source(url, state_dir)
+    state = {**source.status(), "daemon": {"url": url, "running": source.live}}
+    if as_json:
+        out.output.json(state)
+        return
+    console = out.output.console
+    if source.live:
+        upstream = state.get("upstream") or {}
+        console.print(
+            f"reef {state['version']} running at {url}  recipe: {state.get('recipe')}  "
+            f"upstream: {upstream.get('url') or 'none'} ({upstream.get('api') or '-'})",
+            highlight=False,
+        )
+    else:
+        console.print(f"no reef daemon at {url}: read from the repositories", highlight=False)
+    console.print(f"state: {state['state_dir']}", highlight=False)
+    rows = state["scenarios"]
+    if not rows:
+        console.print("no scenarios yet")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("scenario", "records", "reports", "asks", "release", "pending", "learning"):
+        table.add_column(column, style="bold" if column == "scenario" else None)
+    for row in rows:
+        counts = row["counts"]
+        table.add_row(
+            row["name"],
+            str(counts.get("record", 0)),
+            str(counts.get("report", 0)),
+            str(counts.get("ask", 0)),
+            row.get("release") or "-",
+            ", ".join(f"c{n}" for n in row.get("pending") or []) or "-",
+            escape(_learning(row.get("learning"))),
+        )
+    console.print(table)
+
+
+def _learning(learning: dict[str, Any] | None) -> str:
+    if not learning:
+        return "-"
+    text = f"{learning.get('state', '?')}, {learning.get('steps', 0)} steps"
+    last = learning.get("last_step")
+    if last:
+        text += f", last c{last['step']}: {last['verdict']}"
+    return text

@@ -1,0 +1,405 @@
+"""The typed, synchronous HTTP client of a running reef daemon: one method per reef route.
+
+Used by the CLI, the review TUI and the harness launchers.  Answers come back as parsed JSON
+(plain dicts, exactly as the daemon sent them) or, where a caller acts on the shape, as a small
+frozen dataclass (:class:`Progress`).
+
+This is the one place where HTTP becomes reef's own errors: the daemon sends every error as
+``{"error": {"message", "code", "param"}}``; ``code`` is the :attr:`ReefError.code` it raised, so
+the same class is raised here (falling back on the status: 400 InvalidInput, 401 Unauthorized,
+404 NotFound, 409 ConflictError, 413 PayloadTooLarge, 5xx :class:`DaemonError`), with the
+daemon's message.  When nothing answers at the URL the error is :class:`DaemonUnavailable`, which
+is how callers tell "no daemon" from "the daemon said no".  The token is sent as
+``Authorization: Bearer`` and appears in no message, log line or repr.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from reef_core import __version__
+from reef_core.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    ReefError,
+    ScenarioLocked,
+    StoreError,
+    Unauthorized,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from reef_core.ids import parse_item_id, validate_scenario_name
+
+__all__ = [
+    "DEFAULT_URL",
+    "PROGRESS_STATES",
+    "DaemonError",
+    "DaemonUnavailable",
+    "Progress",
+    "ReefClient",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8900"
+PROGRESS_STATES = ("queued", "proposing", "checking", "settled")
+_PAGE = 1000  # the daemon's largest page of records
+
+
+class DaemonUnavailable(ReefError):
+    """No reef daemon answered at the URL: connection refused, host unreachable or unknown."""
+
+    code = "daemon_unavailable"
+
+
+class DaemonError(ReefError):
+    """The daemon failed on its side: a 5xx, or an answer broken off or not sent in time."""
+
+    code = "daemon_error"
+
+
+# every error the daemon can name in an error body's "code"; UpstreamRejected is relayed in the
+# provider's own envelope on inference routes only, never on reef's routes
+_BY_CODE: dict[str, type[ReefError]] = {
+    cls.code: cls
+    for cls in (
+        ConfigError,
+        ConflictError,
+        InvalidInput,
+        NotFound,
+        PayloadTooLarge,
+        ScenarioLocked,
+        StoreError,
+        Unauthorized,
+        UpstreamError,
+        UpstreamTimeout,
+        UpstreamUnavailable,
+    )
+}
+_BY_STATUS: dict[int, type[ReefError]] = {
+    400: InvalidInput,
+    401: Unauthorized,
+    404: NotFound,
+    409: ConflictError,
+    413: PayloadTooLarge,
+}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where an ask stands: ``queued``, ``proposing``, ``checking`` or ``settled`` with a result.
+
+    ``result`` (once settled): ``verdict`` ("selected", "pending", "rejected: …", "skipped: …"),
+    ``release`` (the release it became, or None), ``step`` and ``page_path``.
+    """
+
+    id: str
+    scenario: str
+    state: str
+    result: dict[str, Any] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.state == "settled"
+
+    @property
+    def verdict(self) -> str | None:
+        return None if self.result is None else self.result.get("verdict")
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Progress:
+        state = body.get("state")
+        if state not in PROGRESS_STATES:
+            raise DaemonError(f"the daemon reported an unknown ask state {state!r}")
+        result = body.get("result")
+        return cls(
+            id=str(body.get("id", "")),
+            scenario=str(body.get("scenario", "")),
+            state=state,
+            result=result if isinstance(result, dict) else None,
+        )
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _step_name(value: str | int) -> str:
+    """``c5``, ``5`` or 5 → ``c5``: how the daemon names a pending candidate."""
+    text = str(value).strip()
+    digits = text[1:] if text[:1] in ("c", "C") else text
+    if isinstance(value, bool) or not digits.isdigit() or int(digits) < 1:
+        if text[:1] == "v" and text[1:].isdigit():
+            raise InvalidInput(
+                f"{text} is a published release; a pending candidate is named by its step, such as c5",
+                field="release",
+            )
+        raise InvalidInput(f"{text!r} is not a candidate (expected c1, c2, …)", field="release")
+    return f"c{int(digits)}"
+
+
+class ReefClient:
+    """A connection to one reef daemon.  Not thread-safe; open one per thread."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InvalidInput(f"{url!r} is not a reef URL such as {DEFAULT_URL}", field="url")
+        self.url = url.strip().rstrip("/")
+        self.timeout = timeout
+        headers = {"user-agent": f"reef-client/{__version__}"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:  # never the token
+        return f"ReefClient({self.url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ReefClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the daemon --------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """``GET /healthz``: ``{"ok": true, "version"}``; needs no token."""
+        return self._call("GET", "/healthz")
+
+    def status(self) -> dict[str, Any]:
+        """``GET /reef/status``: version, recipe, upstream, state_dir and one row per scenario."""
+        return self._call("GET", "/reef/status")
+
+    # -- scenarios ---------------------------------------------------------------------------
+
+    def scenarios(self) -> list[dict[str, Any]]:
+        """Every scenario: ``{"name", "counts", "release", "pending"}``."""
+        return list(self._call("GET", "/reef/scenarios")["scenarios"])
+
+    def create_scenario(self, name: str) -> dict[str, Any]:
+        """``{"name", "created"}``; ``created`` is False when it already existed."""
+        return self._call(
+            "POST", "/reef/scenarios", json={"name": validate_scenario_name(name, field="name")}
+        )
+
+    def archive_scenario(self, name: str) -> dict[str, Any]:
+        """``{"name", "archived_to"}``: the repository is kept whole under the archive."""
+        return self._call("DELETE", f"/reef/scenarios/{self._name(name)}")
+
+    # -- audit reads -------------------------------------------------------------------------
+
+    def records(self, scenario: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """One page: ``{"records": [...], "next": id or None}``, oldest first."""
+        params: dict[str, Any] = {"limit": limit}
+        if after is not None:
+            params["after"] = str(parse_item_id(after, field="after"))
+        return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/records", params=params)
+
+    def iter_records(self, scenario: str, *, after: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every record after ``after``, page by page."""
+        while True:
+            page = self.records(scenario, after=after, limit=_PAGE)
+            yield from page["records"]
+            after = page.get("next")
+            if not after:
+                return
+
+    def record(self, scenario: str, record_id: str) -> dict[str, Any]:
+        receipt = str(parse_item_id(record_id, field="id"))
+        return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/records/{receipt}")
+
+    # -- releases ----------------------------------------------------------------------------
+
+    def releases(self, scenario: str) -> dict[str, Any]:
+        """``{"releases": [...newest first], "steps": [...]}`` (see the daemon's route)."""
+        return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/releases")
+
+    def rollback(self, scenario: str, release: str | int, *, expected: str | None = None) -> dict[str, Any]:
+        """Publish ``release``'s content again as a new release; ``expected``: the tip commit
+        the caller saw (a conflict if the chain moved since)."""
+        body: dict[str, Any] = {"release": release}
+        if expected is not None:
+            body["expected"] = expected
+        return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/rollback", json=body)
+
+    def promote(self, scenario: str, candidate: str | int) -> dict[str, Any]:
+        """Publish a pending candidate (``c5`` or 5): ``{"release", "commit", "source"}``."""
+        body = {"release": _step_name(candidate)}
+        return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/promote", json=body)
+
+    def reject(self, scenario: str, candidate: str | int) -> dict[str, Any]:
+        """Turn down a pending candidate: ``{"step", "rejected": true}``."""
+        body = {"release": _step_name(candidate)}
+        return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/reject", json=body)
+
+    def harness(self, scenario: str, release: str | None = None, *, content: bool = False) -> dict[str, Any]:
+        """The manifest of the served tree (or of ``release``): files, release, requires; with
+        ``content``, each file's text too."""
+        params: dict[str, Any] = {}
+        if release:
+            params["release"] = release
+        if content:
+            params["content"] = "true"
+        return self._call("GET", "/reef/harness", params=params or None, scenario=scenario)
+
+    # -- feedback and asks -------------------------------------------------------------------
+
+    def report(
+        self,
+        scenario: str,
+        references: list[str],
+        *,
+        score: float | None = None,
+        feedback: str | dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        agent_record_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Feedback on receipts: ``{"agent_record_id", "scenario", "created"}``."""
+        body: dict[str, Any] = {"references": list(references)}
+        for key, value in (
+            ("score", score),
+            ("feedback", feedback),
+            ("metadata", metadata),
+            ("agent_record_id", agent_record_id),
+        ):
+            if value is not None:
+                body[key] = value
+        return self._call("POST", "/reef/report", json=body, scenario=scenario)
+
+    def train(
+        self,
+        scenario: str,
+        text: str,
+        *,
+        session: str | None = None,
+        release_id: str | None = None,
+        agent_record_id: str | None = None,
+        harness: str | None = None,
+    ) -> dict[str, Any]:
+        """An ask in plain language: ``{"agent_record_id": "ask_…", "scenario", "page_path"}``;
+        ``harness`` names the adapter it came from (pi, claude_code)."""
+        body: dict[str, Any] = {"text": text}
+        for key, value in (
+            ("session", session),
+            ("release_id", release_id),
+            ("agent_record_id", agent_record_id),
+            ("harness", harness),
+        ):
+            if value is not None:
+                body[key] = value
+        return self._call("POST", "/reef/train", json=body, scenario=scenario)
+
+    def progress(self, scenario: str, ask_id: str) -> Progress:
+        ask = str(parse_item_id(ask_id, field="ask"))
+        body = self._call("GET", f"/reef/harness/requests/{ask}/progress", scenario=scenario)
+        return Progress.from_json(body)
+
+    def wait(
+        self,
+        scenario: str,
+        ask_id: str,
+        *,
+        timeout: float,
+        interval: float = 0.5,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Progress:
+        """Poll an ask until it settles or ``timeout`` seconds pass; returns the last progress
+        (check :attr:`Progress.settled`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            progress = self.progress(scenario, ask_id)
+            if on_progress is not None:
+                on_progress(progress)
+            left = deadline - time.monotonic()
+            if progress.settled or left <= 0:
+                return progress
+            time.sleep(min(interval, left))
+
+    # -- the one HTTP call -------------------------------------------------------------------
+
+    @staticmethod
+    def _name(scenario: str) -> str:
+        return _segment(validate_scenario_name(scenario))
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        scenario: str | None = None,
+    ) -> Any:
+        headers = {}
+        if scenario is not None:
+            headers["x-reef-scenario"] = validate_scenario_name(scenario)
+        try:
+            response = self._http.request(method, path, json=json, params=params, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise DaemonUnavailable(f"no reef daemon answers at {self.url} ({_reason(exc)})") from exc
+        except httpx.TimeoutException as exc:
+            raise DaemonError(
+                f"the reef daemon at {self.url} did not answer {method} {path} within {self.timeout:g}s"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise DaemonError(
+                f"the reef daemon at {self.url} broke off {method} {path}: {_reason(exc)}"
+            ) from exc
+        if response.is_success:
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise DaemonError(
+                    f"{self.url} answered {method} {path} with something that is not JSON"
+                ) from exc
+        raise self._error(method, path, response)
+
+    def _error(self, method: str, path: str, response: httpx.Response) -> ReefError:
+        status = response.status_code
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        error = error if isinstance(error, dict) else {}
+        message = str(error.get("message") or f"{status} {response.reason_phrase}")
+        code = error.get("code")
+        field = error.get("param") if isinstance(error.get("param"), str) else None
+        if code == "http_error" and status in (404, 405):  # a route this daemon does not have
+            return DaemonError(
+                f"the reef daemon at {self.url} has no route {method} {path.split('?')[0]} "
+                f"({message}; is it an older reef?)"
+            )
+        kind = _BY_CODE.get(code) if isinstance(code, str) else None
+        if kind is None:
+            kind = _BY_STATUS.get(status, DaemonError if status >= 500 else ReefError)
+        return kind(message, field=field)
+
+
+def _reason(exc: httpx.HTTPError) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__

@@ -1,0 +1,157 @@
+"""``reef releases | rollback | promote | reject`` against a real daemon, and from the repository."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from reef_core.client import DaemonUnavailable
+from reef_core.store import Store
+from tests.cli.support import candidate, chat, publish, reef, releases_of
+
+
+@pytest.fixture
+def chain(make_reef):
+    """A daemon serving scenario ``s``: v1, v2 (from c1), c2 pending, c3 rejected by the checks."""
+    daemon = make_reef()
+    chat(daemon)
+    state = daemon.state_dir
+    publish(state, "s", {"rules/style.md": b"one"})
+    c1 = candidate(
+        state,
+        "s",
+        {"rules/style.md": b"two"},
+        verdict="selected",
+        ask="prefer short answers",
+        metrics={"score": 0.75},
+    )
+    publish(
+        state,
+        "s",
+        {"rules/style.md": b"two"},
+        operation="evolve",
+        ask="prefer short answers",
+        verdict="selected",
+        source=f"candidate {c1.step}",
+    )
+    candidate(
+        state,
+        "s",
+        {"rules/style.md": b"two", "extensions/hook.ts": b"export {}"},
+        verdict="selected",
+        ask="add a [bold]hook[/bold]",
+        pending=True,
+    )
+    candidate(state, "s", {"rules/style.md": b"rude"}, verdict="rejected: score fell", ask="be rude")
+    return daemon
+
+
+def test_releases_table_marks_current_and_pending(chain):
+    result = reef("releases", "s", "--url", chain.url)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    current = next(line for line in lines if " v2 " in f" {line} ")
+    assert "●" in current and "evolve" in current and "prefer short answers" in current
+    assert "score=0.75" in current
+    assert any("c2" in line and "pending" in line for line in lines)
+    assert any("c3" in line and "rejected: score fell" in line for line in lines)
+    assert not any(line.lstrip().startswith("c1") for line in lines)  # published as v2
+    assert "add a [bold]hook[/bold]" in result.stdout  # an ask is shown as written, never as markup
+    assert "current: v2" in lines
+    assert any("reef promote s c2" in line for line in lines)
+
+
+def test_releases_json_is_the_daemons_listing_and_the_repository_gives_the_same(chain):
+    route = httpx.get(f"{chain.url}/reef/scenarios/s/releases").json()
+    from_daemon = reef("releases", "s", "--url", chain.url, "--json")
+    assert from_daemon.exit_code == 0 and json.loads(from_daemon.stdout) == route
+    # no daemon at the (default, dead) URL: the same listing, read from the repository
+    from_repo = reef("--debug", "releases", "s", "--state-dir", str(chain.state_dir), "--json")
+    assert from_repo.exit_code == 0, from_repo.output
+    assert json.loads(from_repo.stdout) == route
+    assert "source: the repositories in" in from_repo.stderr
+    assert "source: the daemon at" in reef("--debug", "releases", "s", "--url", chain.url).stderr
+    assert "source" not in reef("releases", "s", "--url", chain.url).output  # only with --debug
+
+
+def test_rollback_publishes_a_new_release_and_a_stale_expected_is_a_conflict(chain):
+    state = chain.state_dir
+    v1 = Store(state).reader("s").releases.get("v1")
+    stale = reef("rollback", "s", "v1", "--expected", v1.commit, "--url", chain.url)
+    assert stale.exit_code == 3
+    assert stale.stderr.count("\n") == 1 and "moved" in stale.stderr and "Traceback" not in stale.output
+    assert releases_of(state, "s") == ["v2", "v1"]  # nothing changed
+
+    done = reef("rollback", "s", "v1", "--url", chain.url)
+    assert done.exit_code == 0, done.output
+    assert "v3 now serves the content of v1" in done.stdout
+    tip = Store(state).reader("s").releases.tip()
+    assert tip.name == "v3" and tip.operation == "rollback" and tip.tree == v1.tree
+
+    again = reef("rollback", "s", "v2", "--expected", tip.commit, "--url", chain.url, "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["release"] == "v4"
+
+
+def test_rollback_bad_arguments(chain):
+    bad = reef("rollback", "s", "banana", "--url", chain.url)
+    assert bad.exit_code == 2 and "'banana' is not a release" in bad.stderr
+    missing = reef("rollback", "s", "v9", "--url", chain.url)
+    assert missing.exit_code == 1 and "no release v9" in missing.stderr
+    unknown = reef("rollback", "nope", "v1", "--url", chain.url)
+    assert unknown.exit_code == 1 and "no scenario 'nope'" in unknown.stderr
+    assert reef("rollback", "s").exit_code == 2  # typer: missing argument
+    assert releases_of(chain.state_dir, "s") == ["v2", "v1"]
+
+
+@pytest.mark.parametrize("command", ["rollback s v1", "promote s c2", "reject s c2"])
+def test_operations_need_a_daemon_and_say_so_in_one_line(no_daemon_by_default, command):
+    result = reef(*command.split())
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        f"error: no reef daemon answers at {no_daemon_by_default} ([Errno 111] Connection refused)"
+    )
+
+
+def test_promote_publishes_a_pending_candidate_and_twice_is_a_conflict(chain):
+    result = reef("promote", "s", "c2", "--url", chain.url)
+    assert result.exit_code == 0, result.output
+    assert "v3 serves it" in result.stdout
+    reader = Store(chain.state_dir).reader("s")
+    tip = reader.releases.tip()
+    assert tip.name == "v3" and tip.source == "candidate 2" and reader.releases.pending() == []
+    assert "extensions/hook.ts" in reader.releases.files(tip)
+    again = reef("promote", "s", "c2", "--url", chain.url)
+    assert again.exit_code == 3 and again.stderr.startswith("error: ")
+    assert releases_of(chain.state_dir, "s") == ["v3", "v2", "v1"]
+
+
+def test_promote_of_a_candidate_that_is_not_pending_is_a_conflict(chain):
+    result = reef("promote", "s", "c3", "--url", chain.url, "--json")
+    assert result.exit_code == 3 and result.stdout == ""
+    assert releases_of(chain.state_dir, "s") == ["v2", "v1"]
+
+
+def test_reject_turns_a_pending_candidate_down(chain):
+    result = reef("reject", "s", "c2", "--url", chain.url, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"step": 2, "name": "c2", "rejected": True}
+    reader = Store(chain.state_dir).reader("s")
+    assert reader.releases.pending() == [] and reader.releases.rejected() == [2]
+    assert releases_of(chain.state_dir, "s") == ["v2", "v1"]
+    listed = reef("releases", "s", "--url", chain.url)
+    assert any("c2" in line and "rejected by a person" in line for line in listed.stdout.splitlines())
+
+
+@pytest.mark.parametrize("name", ["x2", "c", "c0", "v2", "-"])
+def test_a_candidate_name_that_is_not_one_is_a_usage_error(chain, name):
+    for command in ("promote", "reject"):
+        result = reef(command, "s", "--url", chain.url, "--", name)
+        assert result.exit_code == 2, (command, name, result.output)
+    assert Store(chain.state_dir).reader("s").releases.pending() == [2]
+
+
+def test_debug_lets_the_error_through_with_its_traceback(no_daemon_by_default):
+    result = reef("--debug", "rollback", "s", "v1")
+    assert result.exit_code != 0 and isinstance(result.exception, DaemonUnavailable)
