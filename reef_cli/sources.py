@@ -21,7 +21,7 @@ from reef_cli.state import open_store
 from reef_core import __version__
 from reef_core.client import DEFAULT_URL, DaemonUnavailable, ReefClient
 from reef_core.errors import NotFound, ReefError
-from reef_core.release.listing import release_listing
+from reef_core.release.listing import release_listing, scenario_summary
 from reef_core.store import ScenarioReader, Store
 
 __all__ = [
@@ -79,16 +79,6 @@ def open_source(url: str, state_dir: Path | None) -> Source:
     return source
 
 
-def _summary(reader: ScenarioReader) -> dict[str, Any]:
-    tip = reader.releases.tip()
-    return {
-        "name": reader.name,
-        "counts": reader.data.counts(),
-        "release": tip.name if tip else None,
-        "pending": reader.releases.pending(),
-    }
-
-
 class RepositorySource:
     """The state directory read directly, as the daemon would read it."""
 
@@ -110,7 +100,7 @@ class RepositorySource:
 
     def scenario(self, name: str) -> dict[str, Any]:
         reader = self.reader(name)
-        return {**_summary(reader), "path": str(reader.path), "learning": None}
+        return {**scenario_summary(reader), "path": str(reader.path), "learning": None}
 
     def releases(self, name: str) -> dict[str, Any]:
         return release_listing(self.reader(name))
@@ -182,5 +172,3 @@ class DaemonSource:
                 f"are read from its state directory {local.store.state_dir}, which is not on this machine"
             )
         yield from local.items(name, wanted, after=after)
-
-

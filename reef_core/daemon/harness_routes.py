@@ -47,10 +47,6 @@ def _scenario(request: web.Request) -> str:
     return validate_scenario_name(value, field="scenario")
 
 
-def _reader(daemon: Daemon, name: str) -> ScenarioReader:
-    return daemon.scenarios.peek(name) or daemon.scenarios.store.reader(name)
-
-
 @routes.post("/reef/train")
 async def train(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
@@ -82,7 +78,7 @@ async def train(request: web.Request) -> web.Response:
 
 def ask_progress(daemon: Daemon, name: str, ask_id: str) -> dict[str, Any]:
     """Where an ask stands; settled steps are read back from their candidates after a restart."""
-    reader = _reader(daemon, name)
+    reader = daemon.scenarios.reader(name)
     ask = reader.data.get(ask_id)  # NotFound names it
     live = daemon.learners.progress(name, ask_id)
     tokens = daemon.settings.reef.tokens
@@ -152,7 +148,7 @@ async def harness(request: web.Request) -> web.Response:
     with_content = request.query.get("content", "false").lower() == "true"
 
     def read() -> dict[str, Any]:
-        reader = _reader(daemon, name)
+        reader = daemon.scenarios.reader(name)
         release = reader.releases.get(wanted) if wanted else reader.releases.tip()
         if release is None:
             raise NotFound(f"scenario {name!r} has no release yet", field="release")
@@ -190,7 +186,7 @@ async def step_page(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     name = _scenario(request)
     raw = request.match_info["n"]
-    html_text = await asyncio.to_thread(_render_page, _reader(daemon, name), raw)
+    html_text = await asyncio.to_thread(_render_page, daemon.scenarios.reader(name), raw)
     return web.Response(text=html_text, content_type="text/html")
 
 

@@ -17,6 +17,7 @@ from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput, NotFound
 from reef_core.ids import parse_item_id, validate_scenario_name
+from reef_core.release.listing import scenario_summary
 from reef_core.store import ScenarioReader
 
 __all__ = ["routes"]
@@ -48,27 +49,15 @@ async def report(request: web.Request) -> web.Response:
     )
 
 
-def _summary(reader: ScenarioReader) -> dict[str, Any]:
-    tip = reader.releases.tip()
-    return {
-        "name": reader.name,
-        "counts": reader.data.counts(),
-        "release": tip.name if tip else None,
-        "pending": reader.releases.pending(),
-    }
-
-
 def _reader(request: web.Request, name: str) -> ScenarioReader:
-    daemon = daemon_of(request)
-    validate_scenario_name(name)
-    return daemon.scenarios.peek(name) or daemon.scenarios.store.reader(name)
+    return daemon_of(request).scenarios.reader(name)
 
 
 @routes.get("/reef/scenarios")
 async def list_scenarios(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     names = daemon.scenarios.store.names()
-    rows = await asyncio.to_thread(lambda: [_summary(_reader(request, n)) for n in names])
+    rows = await asyncio.to_thread(lambda: [scenario_summary(_reader(request, n)) for n in names])
     return web.json_response({"scenarios": rows})
 
 
@@ -125,7 +114,7 @@ async def get_record(request: web.Request) -> web.Response:
 async def status(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     names = daemon.scenarios.store.names()
-    rows = await asyncio.to_thread(lambda: [_summary(_reader(request, n)) for n in names])
+    rows = await asyncio.to_thread(lambda: [scenario_summary(_reader(request, n)) for n in names])
     settings = daemon.settings
     return web.json_response(
         {

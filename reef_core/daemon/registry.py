@@ -13,7 +13,7 @@ from pathlib import Path
 
 from reef_core.errors import NotFound
 from reef_core.ids import validate_scenario_name
-from reef_core.store import Scenario, Store
+from reef_core.store import Scenario, ScenarioReader, Store
 
 __all__ = ["OpenScenarios"]
 
@@ -51,6 +51,11 @@ class OpenScenarios:
 
     def peek(self, name: str) -> Scenario | None:
         return self._open.get(name)
+
+    def reader(self, name: str) -> ScenarioReader:
+        """For reads: the open scenario when this daemon has it, else a lock-free reader."""
+        validate_scenario_name(name)
+        return self._open.get(name) or self.store.reader(name)
 
     async def create(self, name: str) -> bool:
         validate_scenario_name(name)

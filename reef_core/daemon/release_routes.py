@@ -19,16 +19,11 @@ from reef_core.daemon.parsing import json_body
 from reef_core.errors import ConflictError, InvalidInput, NotFound
 from reef_core.ids import validate_scenario_name
 from reef_core.release.listing import release_listing, step_of_source
-from reef_core.store import Release, Scenario, ScenarioReader
+from reef_core.store import Candidate, Release, Scenario, ScenarioReader
 
 __all__ = ["parse_step", "routes"]
 
 routes = web.RouteTableDef()
-
-
-def _reader(daemon: Daemon, name: str) -> ScenarioReader:
-    validate_scenario_name(name)
-    return daemon.scenarios.peek(name) or daemon.scenarios.store.reader(name)
 
 
 async def _open(daemon: Daemon, name: str) -> Scenario:
@@ -60,7 +55,7 @@ def parse_step(value: object) -> int:
 async def list_releases(request: web.Request) -> web.Response:
     """The chain, newest first, with each release's step record; then every step."""
     daemon = daemon_of(request)
-    reader = _reader(daemon, request.match_info["name"])
+    reader = daemon.scenarios.reader(request.match_info["name"])
     listing = await asyncio.to_thread(release_listing, reader, daemon.settings.reef.tokens)
     return web.json_response(listing, dumps=_dumps)
 
@@ -105,9 +100,7 @@ async def promote(request: web.Request) -> web.Response:
     def publish() -> Release:
         chain = scenario.releases
         with scenario.publish_lock:
-            candidate = chain.candidate(step)
-            if step not in chain.pending():
-                raise ConflictError(_not_pending(scenario, step, candidate.verdict), field="release")
+            candidate = _pending(scenario, step)
             tip = chain.tip()
             tree = None
             if (tip.commit if tip else None) != candidate.base and tip is not None:
@@ -137,23 +130,25 @@ async def reject(request: web.Request) -> web.Response:
     def turn_down() -> None:
         chain = scenario.releases
         with scenario.publish_lock:
-            candidate = chain.candidate(step)
-            if step not in chain.pending():
-                raise ConflictError(_not_pending(scenario, step, candidate.verdict), field="release")
+            _pending(scenario, step)
             chain.reject(step)
 
     await asyncio.to_thread(turn_down)
     return web.json_response({"step": step, "name": f"c{step}", "rejected": True})
 
 
-def _not_pending(scenario: ScenarioReader, step: int, verdict: str) -> str:
+def _pending(scenario: ScenarioReader, step: int) -> Candidate:
+    """Candidate ``step``, if it waits for a person; else a conflict saying what became of it."""
     chain = scenario.releases
+    candidate = chain.candidate(step)  # NotFound names it
+    if step in chain.pending():
+        return candidate
     if step in chain.rejected():
-        return f"c{step} is not pending: a person rejected it"
-    done = next((r for r in chain if step_of_source(r.source) == step), None)
-    if done is not None:
-        return f"c{step} is not pending: it was published as {done.name}"
-    return f"c{step} is not pending (its verdict: {verdict})"
+        reason = "a person rejected it"
+    else:
+        done = next((r for r in chain if step_of_source(r.source) == step), None)
+        reason = f"it was published as {done.name}" if done else f"its verdict: {candidate.verdict}"
+    raise ConflictError(f"c{step} is not pending: {reason}", field="release")
 
 
 def _dumps(value: Any) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from reef_core.release.pages import page_path
 from reef_core.store import Candidate, ScenarioReader
 
-__all__ = ["release_listing", "step_of_source"]
+__all__ = ["release_listing", "scenario_summary", "step_of_source"]
 
 
 def step_of_source(source: str | None) -> int | None:
@@ -80,3 +80,14 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
         for c in candidates.values()
     ]
     return {"scenario": name, "releases": rows, "steps": steps}
+
+
+def scenario_summary(reader: ScenarioReader) -> dict[str, Any]:
+    """One scenario in a listing: its item counts, current release and pending steps."""
+    tip = reader.releases.tip()
+    return {
+        "name": reader.name,
+        "counts": reader.data.counts(),
+        "release": tip.name if tip else None,
+        "pending": reader.releases.pending(),
+    }
