@@ -20,7 +20,7 @@ from reef_cli import output as out
 from reef_cli.state import open_store
 from reef_core import __version__
 from reef_core.client import DEFAULT_URL, DaemonUnavailable, ReefClient
-from reef_core.errors import NotFound, ReefError
+from reef_core.errors import NotFound
 from reef_core.release.listing import release_listing, scenario_summary
 from reef_core.store import ScenarioReader, Store
 
@@ -129,14 +129,6 @@ class DaemonSource:
     def __init__(self, client: ReefClient) -> None:
         self.client = client
         self.description = f"the daemon at {client.url}"
-        self._local: RepositorySource | None = None
-
-    def _repositories(self) -> RepositorySource:
-        """The daemon's own state directory, read directly (for what it has no route for)."""
-        if self._local is None:
-            self._local = RepositorySource(Store(Path(self.client.status()["state_dir"])))
-            out.output.note(f"reports and asks: read from {self._local.store.state_dir}")
-        return self._local
 
     def scenarios(self) -> list[dict[str, Any]]:
         state = self.status()
@@ -158,17 +150,4 @@ class DaemonSource:
     def items(
         self, name: str, kinds: Iterable[str] | None, *, after: str | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Records over HTTP; reports and asks have no route, so they are read from the daemon's
-        state directory, which must then be on this machine (it is, for a local daemon)."""
-        wanted = list(kinds) if kinds else None
-        if wanted == ["record"]:
-            yield from self.client.iter_records(name, after=after)
-            return
-        local = self._repositories()
-        if not local.store.exists(name):
-            self.client.releases(name)  # the daemon's own NotFound when the scenario is unknown
-            raise ReefError(
-                f"the daemon at {self.client.url} serves only records over HTTP; reports and asks "
-                f"are read from its state directory {local.store.state_dir}, which is not on this machine"
-            )
-        yield from local.items(name, wanted, after=after)
+        yield from self.client.iter_items(name, list(kinds) if kinds else None, after=after)

@@ -16,7 +16,7 @@ is how callers tell "no daemon" from "the daemon said no".  The token is sent as
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -224,6 +224,33 @@ class ReefClient:
         while True:
             page = self.records(scenario, after=after, limit=_PAGE)
             yield from page["records"]
+            after = page.get("next")
+            if not after:
+                return
+
+    def items(
+        self,
+        scenario: str,
+        kinds: Sequence[str] | None = None,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> dict[str, Any]:
+        """One page of records, reports and asks: ``{"items": [...], "next": id or None}``."""
+        params: dict[str, Any] = {"limit": limit}
+        if kinds:
+            params["kind"] = ",".join(kinds)
+        if after is not None:
+            params["after"] = str(parse_item_id(after, field="after"))
+        return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/items", params=params)
+
+    def iter_items(
+        self, scenario: str, kinds: Sequence[str] | None = None, *, after: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of ``kinds`` after ``after``, page by page."""
+        while True:
+            page = self.items(scenario, kinds, after=after, limit=_PAGE)
+            yield from page["items"]
             after = page.get("next")
             if not after:
                 return

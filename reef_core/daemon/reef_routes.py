@@ -16,7 +16,7 @@ from reef_core.daemon.context import daemon_of
 from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput, NotFound
-from reef_core.ids import parse_item_id, validate_scenario_name
+from reef_core.ids import KINDS, parse_item_id, validate_scenario_name
 from reef_core.release.listing import scenario_summary
 from reef_core.store import ScenarioReader
 
@@ -98,6 +98,27 @@ async def list_records(request: web.Request) -> web.Response:
     records = await asyncio.to_thread(read)
     next_cursor = records[-1]["id"] if len(records) == limit else None
     return web.json_response({"records": records, "next": next_cursor}, dumps=_dumps)
+
+
+@routes.get("/reef/scenarios/{name}/items")
+async def list_items(request: web.Request) -> web.Response:
+    """Records, reports and asks in the order they were written: ``?kind=report,ask&after=&limit=``."""
+    reader = _reader(request, request.match_info["name"])
+    limit = _limit(request)
+    kinds = [k for k in request.query.get("kind", "").split(",") if k] or list(KINDS)
+    for kind in kinds:
+        if kind not in KINDS:
+            raise InvalidInput(f"kind {kind!r} is not one of {', '.join(KINDS)}", field="kind")
+    after = request.query.get("after") or None
+    if after is not None:
+        parse_item_id(after, field="after")
+
+    def read() -> list[dict[str, Any]]:
+        return [item.data for item in reader.data.iter_items(kinds, after=after, limit=limit)]
+
+    items = await asyncio.to_thread(read)
+    next_cursor = items[-1]["id"] if len(items) == limit else None
+    return web.json_response({"items": items, "next": next_cursor}, dumps=_dumps)
 
 
 @routes.get("/reef/scenarios/{name}/records/{id}")
