@@ -32,6 +32,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# bubblewrap: the sandbox of reefine's optional agent proposer (REEF_PROPOSER_SANDBOX=bwrap) and of
+# its tests.  reef runs without it (the recipe then uses the text proposer and says why), so only
+# --dev installs it.
+if [ "$dev" = 1 ] && ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing bubblewrap with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "note: bwrap is missing (e.g. sudo apt-get install bubblewrap): the agent proposer cannot sandbox pi"
+  fi
+fi
+
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "reef needs Python 3.11 or newer; $python is $("$python" --version 2>&1)" >&2

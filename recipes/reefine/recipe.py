@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from recipes.reefine.agent import AgentProposer, agent_available
 from recipes.reefine.health import find_pi, run_health
 from recipes.reefine.proposer import Proposer, StepSkipped, parse_json_object
 from reef_core.errors import ConfigError, ReefError
@@ -149,14 +150,7 @@ class ReefineRecipe(Recipe):
         base = chain.tip()
         base_tree = HarnessTree.from_files(chain.files(base)) if base else HarnessTree.empty()
         model = CountingModel(self.context.model, self.config.model_calls)
-        proposer = Proposer(
-            model,
-            adapter=self.config.adapter,
-            facts=self.renderer.facts(),
-            revisions=self.config.revisions,
-            retries=self.config.retries,
-            max_tokens=self.config.max_tokens,
-        )
+        proposer, how = self._proposer(scenario, model)
         proposal = proposer.propose(base_tree, ask)
         tree = self._stamp(proposal.tree, base_tree, ask, proposal.self_review["verdict"])
         files = tree.files()
@@ -170,6 +164,7 @@ class ReefineRecipe(Recipe):
             "retries": proposal.retries,
             "notes": list(proposal.notes),
             "adapter": self.config.adapter,
+            "proposer": how,
         }
         return Candidate(
             tree=str(build_tree(scenario.handle.repo, files)),
@@ -179,6 +174,39 @@ class ReefineRecipe(Recipe):
             payload=model,
             needs_approval=needs_approval(base_tree, tree),
         )
+
+    def _proposer(self, scenario: Scenario, model: CountingModel) -> tuple[Proposer | AgentProposer, str]:
+        """The agent proposer when REEF_PROPOSER_SANDBOX asks for it and this host can run it;
+        else the text proposer, saying why."""
+        text = Proposer(
+            model,
+            adapter=self.config.adapter,
+            facts=self.renderer.facts(),
+            revisions=self.config.revisions,
+            retries=self.config.retries,
+            max_tokens=self.config.max_tokens,
+        )
+        sandbox = self.context.proposer_sandbox
+        if not sandbox:
+            return text, "text"
+        pi = find_pi()
+        ok, why = agent_available(sandbox, pi=pi)
+        if not ok or pi is None or self.context.daemon_url is None:
+            why = why or "the daemon's address is not known yet"
+            self.context.log(f"reefine: the agent proposer cannot run here ({why}); using the text proposer")
+            return text, f"text (agent proposer unavailable: {why})"
+        agent = AgentProposer(
+            sandbox=sandbox,
+            daemon_url=self.context.daemon_url,
+            scenario=scenario.name,
+            model=self.context.served_model,
+            token=self.context.token,
+            facts=self.renderer.facts(),
+            pi=pi,
+            health_timeout=self.config.health_timeout,
+            health_task=self.config.health_task,
+        )
+        return agent, f"agent ({sandbox})"
 
     @staticmethod
     def _stamp(tree: HarnessTree, base: HarnessTree, ask: str, verdict: str) -> HarnessTree:
