@@ -1,0 +1,20 @@
+"""The review TUI (``reef review``): Textual's only home in reef.
+
+| module          | owns                                                                  |
+|-----------------|-----------------------------------------------------------------------|
+| ``app``         | the app: bindings, workers, state handed down to the widgets         |
+| ``model``       | what is shown, read from the repositories (plain values, no textual) |
+| ``scores``      | mean report score per release, read incrementally                    |
+| ``operator``    | approve, reject, roll back, page links: through the daemon, or not   |
+| ``watch``       | when to reload: watchfiles on the repositories' refs                 |
+| ``tree``        | the left-hand tree of scenarios, candidates and releases             |
+| ``detail``      | the right-hand pane: ask, design, checks, per-file diff              |
+| ``score_line``  | the score sparkline                                                   |
+| ``confirm``     | the yes/no question before an operation                              |
+
+May import: textual, rich, ``reef_core`` (client, store, release listing, diffs).
+"""
+
+from reef_cli.tui.app import ReviewApp
+
+__all__ = ["ReviewApp"]

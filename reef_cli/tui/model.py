@@ -1,0 +1,297 @@
+"""What the review TUI shows, read from the scenario repositories: plain values, no textual.
+
+The chain and the steps come from :func:`release_listing` (the document the daemon serves and
+``reef releases`` prints), so the TUI can never disagree with them; what the listing leaves
+out (a step's design, its checks, the trees to diff) is read from the candidate commits.
+Reading needs no daemon and takes no lock: the repositories are opened read-only, beside a
+daemon that may be writing them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reef_cli.tui.scores import ScoreTally
+from reef_core.harness.diff import FileDiff, diff_files
+from reef_core.release.listing import release_listing
+from reef_core.store import ScenarioReader, Store
+
+__all__ = [
+    "Check",
+    "Detail",
+    "ReleaseRow",
+    "ReviewData",
+    "ScenarioView",
+    "Selection",
+    "StepRow",
+]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the cursor is on: a scenario, a group of it, a candidate (``c2``) or a release (``v3``)."""
+
+    scenario: str
+    kind: str  # "scenario", "group", "candidate", "release"
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step: int
+    state: str  # "pending", "selected", "rejected", "skipped", "rejected by a person"
+    verdict: str
+    ask: str | None
+    base: str | None  # the release it was built on
+    release: str | None  # the release it became
+    page_path: str
+
+    @property
+    def name(self) -> str:
+        return f"c{self.step}"
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    name: str
+    number: int
+    commit: str
+    operation: str
+    ask: str | None
+    verdict: str | None
+    source: str | None
+    step: int | None
+    current: bool
+    page_path: str
+
+
+@dataclass(frozen=True)
+class ScenarioView:
+    name: str
+    releases: tuple[ReleaseRow, ...]  # newest first
+    steps: tuple[StepRow, ...]  # newest first
+    counts: tuple[tuple[str, int], ...]  # records, reports, asks on the data branch
+    scores: tuple[tuple[str, float], ...]  # (release, mean report score), oldest first
+
+    @property
+    def current(self) -> ReleaseRow | None:
+        return next((r for r in self.releases if r.current), None)
+
+    @property
+    def pending(self) -> tuple[StepRow, ...]:
+        return tuple(s for s in self.steps if s.state == "pending")
+
+    def step(self, name: str) -> StepRow | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    def release(self, name: str) -> ReleaseRow | None:
+        return next((r for r in self.releases if r.name == name), None)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Detail:
+    """The right-hand side for one selection."""
+
+    selection: Selection
+    state: str  # a step's state, "current"/"published" for a release, "" for a scenario
+    verdict: str | None = None
+    ask: str | None = None
+    design: str | None = None
+    self_review: str | None = None  # "delivers", or "partially: what is missing"
+    checks: tuple[Check, ...] = ()
+    base: str | None = None  # the release the diff is taken against
+    became: str | None = None  # the release a step became
+    diffs: tuple[FileDiff, ...] = ()
+    summary: str = ""  # a scenario's one-paragraph state
+    note: str = ""  # what a person should know before acting on it
+
+
+def _state(step: Mapping[str, Any]) -> str:
+    if step.get("release"):
+        return "selected"
+    if step.get("pending"):
+        return "pending"
+    if step.get("rejected_by_person"):
+        return "rejected by a person"
+    word = str(step.get("verdict") or "").split(":")[0].strip()
+    return word if word in ("rejected", "skipped") else "rejected"
+
+
+def _checks(record: Mapping[str, Any]) -> tuple[Check, ...]:
+    return tuple(
+        Check(str(c.get("name", "check")), bool(c.get("passed")), str(c.get("detail") or ""))
+        for c in record.get("checks") or []
+        if isinstance(c, Mapping)
+    )
+
+
+def _self_review(record: Mapping[str, Any]) -> str | None:
+    review = record.get("self_review")
+    if not isinstance(review, Mapping) or not review.get("verdict"):
+        return None
+    missing = review.get("missing")
+    return f"{review['verdict']}: {missing}" if missing else str(review["verdict"])
+
+
+class ReviewData:
+    """Reads the scenarios under one state directory (or just one of them) for the TUI.
+
+    Thread-safe: the app reads from worker threads, one load at a time.
+    """
+
+    def __init__(self, store: Store, *, only: str | None = None, tokens: Sequence[str] = ()) -> None:
+        self.store = store
+        self.only = only
+        self.tokens = tuple(tokens)
+        self._readers: dict[str, ScenarioReader] = {}
+        self._tallies: dict[str, ScoreTally] = {}
+        self._views: dict[str, ScenarioView] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def scenarios_dir(self) -> Path:
+        return self.store.scenarios_dir
+
+    def names(self) -> list[str]:
+        return [self.only] if self.only else self.store.names()
+
+    def _reader(self, name: str) -> ScenarioReader:
+        if name not in self._readers:
+            self._readers[name] = self.store.reader(name)
+        return self._readers[name]
+
+    def load(self) -> tuple[ScenarioView, ...]:
+        """Every scenario as it stands now."""
+        with self._lock:
+            views = tuple(self._view(name) for name in self.names())
+            self._views = {v.name: v for v in views}
+            return views
+
+    def _view(self, name: str) -> ScenarioView:
+        reader = self._reader(name)
+        listing = release_listing(reader, self.tokens)
+        releases = tuple(
+            ReleaseRow(
+                name=r["release"],
+                number=r["number"],
+                commit=r["commit"],
+                operation=r["operation"],
+                ask=r.get("ask"),
+                verdict=r.get("verdict"),
+                source=r.get("source"),
+                step=r.get("step"),
+                current=bool(r["current"]),
+                page_path=r["page_path"],
+            )
+            for r in listing["releases"]
+        )
+        steps = tuple(
+            StepRow(
+                step=s["step"],
+                state=_state(s),
+                verdict=s.get("verdict") or "",
+                ask=s.get("ask"),
+                base=s.get("base"),
+                release=s.get("release"),
+                page_path=s["page_path"],
+            )
+            for s in sorted(listing["steps"], key=lambda s: -s["step"])
+        )
+        tally = self._tallies.setdefault(name, ScoreTally())
+        tally.update(reader)
+        oldest_first = [r.name for r in reversed(releases)]
+        counts = tuple(sorted(reader.data.counts().items()))
+        return ScenarioView(name, releases, steps, counts, tally.means(oldest_first))
+
+    def view(self, name: str) -> ScenarioView | None:
+        with self._lock:
+            return self._views.get(name)
+
+    def detail(self, selection: Selection) -> Detail | None:
+        """What the right-hand side shows for ``selection`` (None: it is gone)."""
+        with self._lock:
+            view = self._views.get(selection.scenario)
+            if view is None:
+                return None
+            if selection.kind == "candidate":
+                step = view.step(selection.name)
+                return None if step is None else self._step_detail(selection, view, step)
+            if selection.kind == "release":
+                release = view.release(selection.name)
+                return None if release is None else self._release_detail(selection, view, release)
+            return Detail(selection, "", summary=_summary(view))
+
+    def _step_detail(self, selection: Selection, view: ScenarioView, step: StepRow) -> Detail:
+        chain = self._reader(view.name).releases
+        candidate = chain.candidate(step.step)
+        base = next((r for r in view.releases if r.commit == candidate.base), None)
+        base_files = chain.files(chain.get(base.number)) if base else {}
+        record = candidate.record
+        current = view.current
+        note = ""
+        if step.state == "pending" and current is not None and (base is None or base.name != current.name):
+            note = f"{current.name} serves now: approving rebuilds this change on {current.name}"
+        return Detail(
+            selection,
+            step.state,
+            note=note,
+            verdict=step.verdict,
+            ask=step.ask,
+            design=_text(record.get("design")),
+            self_review=_self_review(record),
+            checks=_checks(record),
+            base=base.name if base else None,
+            became=step.release,
+            diffs=tuple(diff_files(base_files, chain.tree_files(candidate.tree))),
+        )
+
+    def _release_detail(self, selection: Selection, view: ScenarioView, release: ReleaseRow) -> Detail:
+        """A release: what it changed against the one before it, and the step that made it."""
+        chain = self._reader(view.name).releases
+        older = view.release(f"v{release.number - 1}")
+        base_files = chain.files(chain.get(older.number)) if older else {}
+        files = chain.files(chain.get(release.number))
+        record: Mapping[str, Any] = {}
+        if release.step is not None:
+            record = chain.candidate(release.step).record
+        design = _text(record.get("design"))
+        if design is None and release.operation == "rollback":
+            design = f"a rollback: the content of {release.source} serves again"
+        return Detail(
+            selection,
+            "current" if release.current else "published",
+            verdict=release.verdict,
+            ask=release.ask,
+            design=design,
+            self_review=_self_review(record),
+            checks=_checks(record),
+            base=older.name if older else None,
+            diffs=tuple(diff_files(base_files, files)),
+        )
+
+
+def _text(value: object) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _summary(view: ScenarioView) -> str:
+    current = view.current
+    lines = [f"{current.name} serves {view.name}." if current else f"{view.name} has no release yet."]
+    lines.append(f"{len(view.releases)} releases, {len(view.steps)} candidates.")
+    pending = view.pending
+    if pending:
+        names = ", ".join(s.name for s in pending)
+        lines.append(f"Waiting for a person: {names}.")
+    lines.append(" · ".join(f"{kind}s {n}" for kind, n in view.counts))
+    return "\n".join(lines)
