@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from reef_cli import evolve, exits, export, log, releases, report, review, scenario, status
+from reef_cli import evolve, exits, export, install, log, releases, report, review, scenario, status
 from reef_cli import output as out
 from reef_cli.demo import demo
 from reef_cli.serve import serve
@@ -72,6 +72,7 @@ app.command("promote")(releases.promote)
 app.command("reject")(releases.reject)
 app.command("rollback")(releases.rollback)
 app.command("review")(review.review)
+app.command("install")(install.install)
 app.command("report")(report.report)
 app.command("log")(log.log)
 app.command("export")(export.export)

@@ -293,6 +293,13 @@ class ReefClient:
             params["content"] = "true"
         return self._call("GET", "/reef/harness", params=params or None, scenario=scenario)
 
+    def installer(self, scenario: str, adapter: str = "pi", release: str | None = None) -> str:
+        """The self-contained sh script that installs the scenario's harness for ``adapter``."""
+        params: dict[str, Any] = {"adapter": adapter}
+        if release:
+            params["release"] = release
+        return self._call("GET", "/reef/harness/install", params=params, scenario=scenario, text=True)
+
     # -- feedback and asks -------------------------------------------------------------------
 
     def report(
@@ -380,6 +387,7 @@ class ReefClient:
         json: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
         scenario: str | None = None,
+        text: bool = False,
     ) -> Any:
         headers = {}
         if scenario is not None:
@@ -397,6 +405,8 @@ class ReefClient:
                 f"the reef daemon at {self.url} broke off {method} {path}: {_reason(exc)}"
             ) from exc
         if response.is_success:
+            if text:
+                return response.text
             try:
                 return response.json()
             except ValueError as exc:

@@ -45,6 +45,17 @@ if [ "$dev" = 1 ] && ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# tmux: the pi adapter's interactive test drives a real pi session through it (--dev only).
+if [ "$dev" = 1 ] && ! command -v tmux >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing tmux with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+  else
+    echo "note: tmux is missing (e.g. sudo apt-get install tmux): tests/adapters/test_pi_tmux.py will fail"
+  fi
+fi
+
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "reef needs Python 3.11 or newer; $python is $("$python" --version 2>&1)" >&2

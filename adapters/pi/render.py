@@ -9,21 +9,28 @@
 | ``config/settings.json``   | merged into ``settings.json`` (reef's own keys win) |
 | ``config/<other>.json``    | ``config/<other>.json``: data an extension may read; pi itself ignores it |
 | (always)                   | ``settings.json`` and ``models.json``: the ``reef`` provider |
+| (always)                   | ``extensions/reef.ts``: reef's extension: ``/evolve``, ``/versions``, notices |
 
 Only ``config/settings.json`` reaches pi's settings: pi reads no other JSON from its agent dir
 that a tree should write (``models.json`` and ``auth.json`` are reef's and the user's), so any
 other config entry stays in a ``config/`` folder of its own where it cannot shadow them.
+
+reef's extension is not part of any release tree: the adapter ships it, so every rendered agent
+dir (installed ones, and the candidates reefine's health check starts) carries the same copy,
+and a tree's own ``extensions/reef.ts`` (a reserved name) never replaces it.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from reef_core.harness.render import Target
 from reef_core.harness.tree import HarnessTree, TreeError
 
-__all__ = ["CONTEXT_WINDOW", "MAX_TOKENS", "PiRenderer"]
+__all__ = ["CONTEXT_WINDOW", "MAX_TOKENS", "REEF_EXTENSION", "PiRenderer", "reef_extension"]
 
 CONTEXT_WINDOW = 128_000
 MAX_TOKENS = 4096
@@ -66,6 +73,16 @@ Every entry: a name of 1-64 lowercase letters, digits or '-'; at most 64 KiB; na
 """
 
 
+#: where reef's own extension lands in every rendered agent dir
+REEF_EXTENSION = "extensions/reef.ts"
+
+
+@cache
+def reef_extension() -> bytes:
+    """The source of reef's pi extension (``adapters/pi/reef.ts``)."""
+    return Path(__file__).with_name("reef.ts").read_bytes()
+
+
 def _json(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
@@ -88,6 +105,7 @@ class PiRenderer:
             files[f"prompts/{entry.name}.md"] = entry.content.encode("utf-8")
         for entry in tree.of_kind("extension"):
             files[f"extensions/{entry.name}.ts"] = entry.content.encode("utf-8")
+        files[REEF_EXTENSION] = reef_extension()  # after the tree's: reef's copy always wins
         settings: dict[str, Any] = {}
         for entry in tree.of_kind("config"):
             if entry.name == "settings":

@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from reef_core.config import Settings
-from reef_core.daemon import harness_routes, inference, reef_routes, release_routes
+from reef_core.daemon import harness_routes, inference, install_routes, reef_routes, release_routes
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
@@ -83,6 +83,7 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(reef_routes.routes)
     app.add_routes(release_routes.routes)
     app.add_routes(harness_routes.routes)
+    app.add_routes(install_routes.routes)
 
     async def start_local_model(app: web.Application) -> None:
         engine = await asyncio.to_thread(_local_engine, Path(cache_dir), settings)

@@ -84,6 +84,17 @@ def _limit(request: web.Request) -> int:
     return int(raw)
 
 
+def _tags(request: web.Request) -> dict[str, str]:
+    """``?tag=name:value`` (repeatable; all must match): a record's ``x-reef-tag-<name>`` tags."""
+    wanted: dict[str, str] = {}
+    for raw in request.query.getall("tag", []):
+        name, sep, value = raw.partition(":")
+        if not sep or not name or not value:
+            raise InvalidInput(f"tag {raw!r} must be name:value, such as run:0f3a", field="tag")
+        wanted[name.lower()] = value
+    return wanted
+
+
 @routes.get("/reef/scenarios/{name}/records")
 async def list_records(request: web.Request) -> web.Response:
     reader = _reader(request, request.match_info["name"])
@@ -91,9 +102,20 @@ async def list_records(request: web.Request) -> web.Response:
     after = request.query.get("after") or None
     if after is not None:
         parse_item_id(after, field="after")
+    tags = _tags(request)
 
     def read() -> list[dict[str, Any]]:
-        return [item.data for item in reader.data.iter_items(["record"], after=after, limit=limit)]
+        if not tags:
+            return [item.data for item in reader.data.iter_items(["record"], after=after, limit=limit)]
+        # a scan from the cursor on: callers bound it with ``after`` (ids are time-ordered)
+        found = []
+        for item in reader.data.iter_items(["record"], after=after):
+            record_tags = item.data.get("tags") or {}
+            if all(record_tags.get(k) == v for k, v in tags.items()):
+                found.append(item.data)
+                if len(found) == limit:
+                    break
+        return found
 
     records = await asyncio.to_thread(read)
     next_cursor = records[-1]["id"] if len(records) == limit else None

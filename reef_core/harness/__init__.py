@@ -3,7 +3,7 @@
 | module   | owns |
 |---|---|
 | ``tree``   | entries, changes, the release manifest, well-formedness, diffs and the approval rule |
-| ``render`` | the :class:`Renderer` protocol, render targets, finding an adapter's renderer by name |
+| ``render`` | the Renderer and Installer protocols, render targets, finding them by adapter name |
 | ``diff``   | file-by-file unified diffs between two trees (reviewer prompt, step page, review TUI) |
 
 Owns: the tree as a value over ``dict[str, bytes]`` file maps. Pure: no git, no network, no files.
@@ -13,7 +13,17 @@ May import: ``reef_core.errors``, ``reef_core.ids`` and the standard library onl
 """
 
 from reef_core.harness.diff import FileDiff, diff_files, diff_text
-from reef_core.harness.render import ADAPTERS, APIS, Renderer, Target, renderer_for
+from reef_core.harness.render import (
+    ADAPTERS,
+    APIS,
+    INSTALLERS,
+    Installer,
+    InstallPlan,
+    Renderer,
+    Target,
+    installer_for,
+    renderer_for,
+)
 from reef_core.harness.tree import (
     APPROVAL_CONFIG_KEYS,
     KINDS,
@@ -39,6 +49,7 @@ __all__ = [
     "ADAPTERS",
     "APIS",
     "APPROVAL_CONFIG_KEYS",
+    "INSTALLERS",
     "KINDS",
     "MANIFEST_PATH",
     "MAX_ENTRIES",
@@ -50,6 +61,8 @@ __all__ = [
     "FileDiff",
     "Frontmatter",
     "HarnessTree",
+    "InstallPlan",
+    "Installer",
     "Manifest",
     "Renderer",
     "Target",
@@ -57,6 +70,7 @@ __all__ = [
     "changed_entries",
     "diff_files",
     "diff_text",
+    "installer_for",
     "is_reserved",
     "needs_approval",
     "parse_frontmatter",

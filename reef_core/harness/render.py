@@ -1,24 +1,39 @@
-"""The renderer seam: one harness tree, rendered into one harness's own config layout.
+"""The adapter seams: one harness tree rendered into one harness's own config layout, and the
+``curl … | sh`` installer that puts a rendered release on a person's machine.
 
-An adapter (``adapters/pi``, ``adapters/claude_code``) implements :class:`Renderer`; reef_core
-finds it by dotted reference in :data:`ADAPTERS`, so the library never imports an adapter.
+An adapter (``adapters/pi``, ``adapters/claude_code``) implements :class:`Renderer` and may
+implement :class:`Installer`; reef_core finds them by dotted reference in :data:`ADAPTERS` and
+:data:`INSTALLERS`, so the library never imports an adapter.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from reef_core.errors import InvalidInput
 from reef_core.harness.tree import HarnessTree
 from reef_core.ids import validate_scenario_name
 
-__all__ = ["ADAPTERS", "APIS", "Renderer", "Target", "renderer_for"]
+__all__ = [
+    "ADAPTERS",
+    "APIS",
+    "INSTALLERS",
+    "InstallPlan",
+    "Installer",
+    "Renderer",
+    "Target",
+    "installer_for",
+    "renderer_for",
+]
 
 #: adapter name -> ``package.module:Class`` of its renderer
 ADAPTERS: dict[str, str] = {"pi": "adapters.pi.render:PiRenderer"}
+#: adapter name -> ``package.module:Class`` of its installer (an adapter may have none)
+INSTALLERS: dict[str, str] = {"pi": "adapters.pi.install:PiInstaller"}
 #: which of reef's inference routes a harness talks to
 APIS = ("anthropic", "openai")
 
@@ -66,15 +81,66 @@ class Renderer(Protocol):
         ...
 
 
-def renderer_for(adapter: str) -> Renderer:
-    """The renderer of ``adapter``; an unknown name raises :class:`InvalidInput` listing the known ones."""
-    reference = ADAPTERS.get(adapter) if isinstance(adapter, str) else None
+@dataclass(frozen=True)
+class InstallPlan:
+    """What one installer script puts on a machine: ``tree`` (a release, or the empty tree before
+    the first one) rendered for ``target``, and how the launcher it installs reaches reef.
+
+    ``commit`` is the release commit (None with no release); ``python`` the interpreter the
+    launcher runs on (the daemon's own: reef is local, so it is on the same machine);
+    ``token_required`` says the daemon wants a token, which the script never contains.
+    """
+
+    tree: HarnessTree
+    target: Target
+    commit: str | None = None
+    python: str = field(default_factory=lambda: sys.executable)
+    token_required: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tree, HarnessTree):
+            raise InvalidInput("tree must be a HarnessTree", field="tree")
+        if not isinstance(self.python, str) or not self.python.startswith("/"):
+            raise InvalidInput(f"python {self.python!r} must be an absolute path", field="python")
+        if (self.commit is None) != (self.target.release is None):
+            raise InvalidInput("commit and target.release go together: both or neither", field="commit")
+
+
+@runtime_checkable
+class Installer(Protocol):
+    """What an adapter provides to ``GET /reef/harness/install``."""
+
+    #: the adapter's name, a key of :data:`INSTALLERS`
+    adapter: str
+
+    def script(self, plan: InstallPlan) -> str:
+        """A self-contained POSIX sh script installing ``plan``; it never contains a token.
+        Raises :class:`~reef_core.harness.tree.TreeError` when the tree cannot be rendered."""
+        ...
+
+
+def _load(registry: dict[str, str], adapter: object, unknown: str) -> Any:
+    reference = registry.get(adapter) if isinstance(adapter, str) else None
     if reference is None:
         raise InvalidInput(
-            f"unknown adapter {adapter!r}: use one of {', '.join(sorted(ADAPTERS))}", field="adapter"
+            f"{unknown} {adapter!r}: use one of {', '.join(sorted(registry))}", field="adapter"
         )
     module_name, _, class_name = reference.partition(":")
-    renderer = getattr(importlib.import_module(module_name), class_name)()
+    return getattr(importlib.import_module(module_name), class_name)()
+
+
+def renderer_for(adapter: str) -> Renderer:
+    """The renderer of ``adapter``; an unknown name raises :class:`InvalidInput` listing the known ones."""
+    renderer = _load(ADAPTERS, adapter, "unknown adapter")
     if not isinstance(renderer, Renderer):
-        raise TypeError(f"{reference} does not implement the Renderer protocol")
+        raise TypeError(f"{ADAPTERS[adapter]} does not implement the Renderer protocol")
     return renderer
+
+
+def installer_for(adapter: str) -> Installer:
+    """The installer of ``adapter``; an adapter without one raises :class:`InvalidInput` listing
+    those that have one."""
+    installer = _load(INSTALLERS, adapter, "no installer for adapter")
+    if not isinstance(installer, Installer):
+        raise TypeError(f"{INSTALLERS[adapter]} does not implement the Installer protocol")
+    return installer

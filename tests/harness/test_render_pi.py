@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,7 @@ def test_renders_pi_agent_dir_layout():
     assert sorted(files) == [
         "AGENTS.md",
         "extensions/hello.ts",
+        "extensions/reef.ts",
         "models.json",
         "prompts/review.md",
         "settings.json",
@@ -43,6 +45,14 @@ def test_renders_pi_agent_dir_layout():
     assert files["skills/bisect/SKILL.md"] == SKILL.encode()
     assert files["prompts/review.md"].startswith(b"---\ndescription: Review a file")
     assert files["extensions/hello.ts"] == EXTENSION.encode()
+
+
+def test_reefs_own_extension_is_in_every_agent_dir_and_a_tree_cannot_replace_it():
+    shipped = (Path(__file__).resolve().parents[2] / "adapters" / "pi" / "reef.ts").read_bytes()
+    assert PiRenderer().render(HarnessTree.empty(), TARGET)["extensions/reef.ts"] == shipped
+    impostor = HarnessTree.from_files({"extensions/reef.ts": b"export default function () {}\n"})
+    assert PiRenderer().render(impostor, TARGET)["extensions/reef.ts"] == shipped
+    assert b'registerCommand("evolve"' in shipped and b'pi.on("session_start"' in shipped
 
 
 def test_agents_md_has_a_generated_header_then_each_rule_under_its_name():

@@ -1,0 +1,325 @@
+/**
+ * reef's own pi extension. reef renders it into every pi agent dir it writes, as
+ * extensions/reef.ts; names starting with "reef" are reserved, so no release can change it.
+ *
+ *   /evolve <text>              file an ask: what the agent should do differently (no model call)
+ *   /versions                   published releases and pending ones, with installed/current marks
+ *   /versions <vN|cN>           the link to that release's (or step's) page
+ *   /versions <vN|cN> install   install it; a pending cN is promoted first, once you confirm
+ *   session start               a notice when reef has a newer release than the installed one
+ *
+ * It talks to reef only in a pi that reef-pi started (reef-pi exports REEF_URL, REEF_SCENARIO,
+ * REEF_TOKEN and REEF_PI_LAUNCHER). Anywhere else (reefine's health check, a plain pi) the
+ * commands say how to start pi through reef and the session start is silent. Nothing here throws
+ * into pi: a daemon that is down or slow costs one line after at most a few seconds, never the
+ * session. In print mode pi sends what an extension writes to stdout to stderr.
+ */
+import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+
+const NOTICE_TIMEOUT_MS = 2000;
+const CALL_TIMEOUT_MS = 15000;
+const INSTALL_TIMEOUT_MS = 300000;
+const ASK_WIDTH = 60;
+
+type Level = "info" | "warning" | "error";
+type Installed = { release: string | null; commit: string | null };
+type Row = { version: string; id: string; result: string; marks: string; ask: string };
+
+class ReefError extends Error {}
+
+function settings() {
+  return {
+    url: (process.env.REEF_URL ?? "").replace(/\/+$/, ""),
+    scenario: process.env.REEF_SCENARIO ?? "",
+    token: process.env.REEF_TOKEN ?? "",
+    launcher: process.env.REEF_PI_LAUNCHER ?? "",
+    agent: process.env.PI_CODING_AGENT_DIR ?? "",
+  };
+}
+
+function routed(): boolean {
+  const s = settings();
+  return s.url !== "" && s.scenario !== "";
+}
+
+function show(ctx: any, text: string, level: Level = "info"): void {
+  try {
+    if (ctx.hasUI) ctx.ui.notify(text, level);
+    else process.stdout.write(text + "\n");
+  } catch {
+    // showing is best effort: a notice must never break the session
+  }
+}
+
+function installed(): Installed {
+  try {
+    const s = settings();
+    const sidecar = JSON.parse(readFileSync(join(dirname(s.agent), "installed.json"), "utf8"));
+    return { release: sidecar.release ?? null, commit: sidecar.commit ?? null };
+  } catch {
+    return { release: null, commit: null };
+  }
+}
+
+async function call(path: string, init: { method?: string; body?: unknown } = {}, timeoutMs = CALL_TIMEOUT_MS) {
+  const s = settings();
+  const headers: Record<string, string> = { "x-reef-scenario": s.scenario, accept: "application/json" };
+  if (s.token) headers.authorization = `Bearer ${s.token}`;
+  if (init.body !== undefined) headers["content-type"] = "application/json";
+  let response: Response;
+  try {
+    response = await fetch(s.url + path, {
+      method: init.method ?? "GET",
+      headers,
+      body: init.body === undefined ? undefined : JSON.stringify(init.body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (error: any) {
+    const why =
+      error?.name === "TimeoutError"
+        ? `no answer within ${timeoutMs / 1000}s`
+        : String(error?.cause?.code ?? error?.cause?.message ?? error?.message ?? error);
+    throw new ReefError(`reef at ${s.url} is not reachable (${why})`);
+  }
+  const text = await response.text();
+  let body: any = null;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = null;
+  }
+  if (!response.ok) {
+    throw new ReefError(body?.error?.message ?? `reef answered ${response.status} ${response.statusText}`);
+  }
+  return body;
+}
+
+function releasesPath(): string {
+  return `/reef/scenarios/${encodeURIComponent(settings().scenario)}/releases`;
+}
+
+function releaseNumber(name: string | null): number {
+  const match = /^v(\d+)$/.exec(name ?? "");
+  return match ? Number(match[1]) : 0;
+}
+
+function oneLine(text: string | null | undefined, width = ASK_WIDTH): string {
+  const flat = (text ?? "").split(/\s+/).join(" ").trim();
+  return flat.length <= width ? flat : flat.slice(0, width - 1) + "…";
+}
+
+function result(row: any): string {
+  if (row.operation === "evolve") return (row.verdict ?? "").split(":")[0] || "selected";
+  if (row.operation === "promote") return "approved";
+  return row.operation ?? "";
+}
+
+function rows(listing: any, mine: Installed): Row[] {
+  const pending: Row[] = (listing.steps ?? [])
+    .filter((step: any) => step.pending)
+    .sort((a: any, b: any) => b.step - a.step)
+    .map((step: any) => ({
+      version: step.name,
+      id: "-",
+      result: "pending",
+      marks: `needs approval${step.base ? ", on " + step.base : ""}`,
+      ask: oneLine(step.ask),
+    }));
+  const published: Row[] = (listing.releases ?? []).map((release: any) => {
+    const marks: string[] = [];
+    if (mine.commit !== null && release.commit === mine.commit && release.release === mine.release) marks.push("installed");
+    if (release.current) marks.push("current");
+    return {
+      version: release.release,
+      id: String(release.commit ?? "").slice(0, 7),
+      result: result(release),
+      marks: marks.join(", "),
+      ask: oneLine(release.ask),
+    };
+  });
+  return [...pending, ...published];
+}
+
+function table(all: Row[]): string {
+  const header: Row = { version: "version", id: "id", result: "result", marks: "installed/current", ask: "ask" };
+  const keys: (keyof Row)[] = ["version", "id", "result", "marks", "ask"];
+  const widths = keys.map((key) => Math.max(...[header, ...all].map((row) => row[key].length)));
+  const line = (row: Row) =>
+    keys
+      .map((key, i) => (i === keys.length - 1 ? row[key] : row[key].padEnd(widths[i])))
+      .join("  ")
+      .trimEnd();
+  return [line(header), ...all.map(line)].join("\n");
+}
+
+function page(listing: any, name: string): string | null {
+  const s = settings();
+  const release = (listing.releases ?? []).find((row: any) => row.release === name);
+  const step = (listing.steps ?? []).find((row: any) => row.name === name);
+  const path = release?.page_path ?? step?.page_path;
+  return path ? s.url + path : null;
+}
+
+async function notice(ctx: any): Promise<void> {
+  const mine = installed();
+  const listing = await call(releasesPath(), {}, NOTICE_TIMEOUT_MS);
+  const newer = (listing.releases ?? []).filter((row: any) => row.number > releaseNumber(mine.release));
+  const waiting = (listing.steps ?? []).filter((step: any) => step.pending).map((step: any) => step.name);
+  const lines: string[] = [];
+  if (newer.length > 0) {
+    const latest = newer[0];
+    lines.push(
+      `reef: ${latest.release} is available (installed: ${mine.release ?? "none"}): "${oneLine(latest.ask)}"`,
+      `  install it with /versions ${latest.release} install, or reef-pi update`,
+    );
+  }
+  if (waiting.length > 0) {
+    lines.push(`reef: ${waiting.join(", ")} ${waiting.length === 1 ? "waits" : "wait"} for approval: see /versions`);
+  }
+  if (ctx.hasUI) {
+    const label = newer.length > 0 ? `reef ${mine.release ?? "-"} → ${newer[0].release}` : `reef ${mine.release ?? "-"}`;
+    ctx.ui.setStatus("reef", label);
+  }
+  if (lines.length > 0) show(ctx, lines.join("\n"), "info");
+}
+
+async function install(pi: ExtensionAPI, ctx: any, name: string): Promise<void> {
+  const s = settings();
+  if (!s.launcher) {
+    show(ctx, `reef: this pi was not started by reef-pi; install with: reef-pi update --release ${name}`, "warning");
+    return;
+  }
+  show(ctx, `reef: installing ${name}…`);
+  const run = await pi.exec(s.launcher, ["update", "--release", name], { timeout: INSTALL_TIMEOUT_MS });
+  if (run.code !== 0) {
+    const said = (run.stderr || run.stdout).trim().split("\n").slice(-3).join("\n");
+    show(ctx, `reef: installing ${name} failed (exit ${run.code}):\n${said}`, "error");
+    return;
+  }
+  show(ctx, `reef: installed ${name}. Type /reload to load it into this session.`);
+}
+
+async function versions(pi: ExtensionAPI, args: string, ctx: any): Promise<void> {
+  const [name, action, ...rest] = args.trim().split(/\s+/).filter((word) => word !== "");
+  const listing = await call(releasesPath());
+  const mine = installed();
+  if (!name) {
+    const all = rows(listing, mine);
+    if (all.length === 0) {
+      show(ctx, `reef: scenario ${settings().scenario} has no releases yet; ask for one with /evolve <what to change>`);
+      return;
+    }
+    show(ctx, table(all));
+    return;
+  }
+  const link = page(listing, name);
+  if (link === null) {
+    show(ctx, `reef: no release or pending step ${name} in scenario ${settings().scenario}: see /versions`, "warning");
+    return;
+  }
+  if (!action) {
+    show(ctx, `reef: ${name}: ${link}`);
+    return;
+  }
+  if (action !== "install" || rest.length > 0) {
+    show(ctx, `reef: usage: /versions [vN|cN [install]]`, "warning");
+    return;
+  }
+  const step = (listing.steps ?? []).find((row: any) => row.name === name);
+  if (step === undefined) {
+    await install(pi, ctx, name);
+    return;
+  }
+  if (step.release) {
+    await install(pi, ctx, step.release);
+    return;
+  }
+  if (!step.pending) {
+    show(ctx, `reef: ${name} was not selected (${step.verdict}) and cannot be installed; see ${link}`, "warning");
+    return;
+  }
+  const promote = `reef promote ${settings().scenario} ${name}`;
+  if (!ctx.hasUI) {
+    show(
+      ctx,
+      `reef: ${name} changes code that runs on this machine and needs a person's approval, which print mode ` +
+        `cannot ask for. Read ${link}, then approve it with:\n  ${promote}\nand install it with: reef-pi update`,
+      "warning",
+    );
+    return;
+  }
+  const approved = await ctx.ui.confirm(
+    `Approve ${name}?`,
+    `"${oneLine(step.ask, 200)}"\n${name} adds or changes extension code that will run on this machine ` +
+      `(see ${link}). Promote it to a release and install it?`,
+  );
+  if (!approved) {
+    show(ctx, `reef: ${name} stays pending; nothing was changed.`);
+    return;
+  }
+  const promoted = await call(`/reef/scenarios/${encodeURIComponent(settings().scenario)}/promote`, {
+    method: "POST",
+    body: { release: name },
+  });
+  show(ctx, `reef: ${name} is now ${promoted.release}.`);
+  await install(pi, ctx, promoted.release);
+}
+
+async function evolve(args: string, ctx: any): Promise<void> {
+  const text = args.trim();
+  if (!text) {
+    show(ctx, "reef: usage: /evolve <what the agent should do differently>", "warning");
+    return;
+  }
+  const body: Record<string, string> = { text, harness: "pi" };
+  const mine = installed();
+  if (mine.release) body.release_id = mine.release;
+  try {
+    const session = ctx.sessionManager?.getSessionId?.();
+    if (typeof session === "string" && session) body.session = session;
+  } catch {
+    // the session id is a courtesy for the audit trail
+  }
+  const filed = await call("/reef/train", { method: "POST", body });
+  show(
+    ctx,
+    `reef: ask ${filed.agent_record_id} filed for scenario ${filed.scenario}.\n` +
+      `  progress: ${settings().url}${filed.page_path}\n` +
+      `  when it settles, /versions shows the result`,
+  );
+}
+
+function guarded(run: (args: string, ctx: any) => Promise<void>) {
+  return async (args: string, ctx: any) => {
+    if (!routed()) {
+      show(ctx, "reef: this pi was not started through reef: run it with reef-pi", "warning");
+      return;
+    }
+    try {
+      await run(args ?? "", ctx);
+    } catch (error: any) {
+      show(ctx, `reef: ${error instanceof ReefError ? error.message : String(error?.message ?? error)}`, "error");
+    }
+  };
+}
+
+export default function (pi: ExtensionAPI) {
+  pi.registerCommand("evolve", {
+    description: "Ask reef to change this harness: /evolve <what the agent should do differently>",
+    handler: guarded(evolve),
+  });
+  pi.registerCommand("versions", {
+    description: "reef releases: /versions, /versions vN (its page), /versions vN install",
+    handler: guarded((args, ctx) => versions(pi, args, ctx)),
+  });
+  pi.on("session_start", async (event, ctx) => {
+    if (!routed() || !["startup", "new", "reload"].includes(event.reason)) return;
+    try {
+      await notice(ctx);
+    } catch {
+      // no notice is better than a failed session: the daemon may be down or slow
+    }
+  });
+}

@@ -1,0 +1,90 @@
+"""The installer route: ``GET /reef/harness/install?adapter=pi[&release=vN]`` → a POSIX sh script.
+
+``curl -fsSL '<reef>/reef/harness/install?adapter=pi&scenario=dev' | sh`` installs the scenario's
+current release (or ``release``) for the adapter's harness on the caller's machine.  The scenario
+comes from the ``x-reef-scenario`` header or ``?scenario=``.  Before a scenario's first release
+the script installs the empty tree, so the harness is routed through reef from the start.
+
+The script is the adapter's (found by dotted reference, :func:`installer_for`; reef_core imports
+no adapter).  This route decides what it installs: the release's tree, the daemon's URL as the
+caller reached it, the model reef serves, and the interpreter this daemon runs on (reef is local:
+the launcher runs on the same machine).  The daemon's token is never put in the script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from aiohttp import web
+
+from reef_core.daemon.context import Daemon, daemon_of
+from reef_core.daemon.parsing import scenario_header
+from reef_core.errors import InvalidInput, NotFound
+from reef_core.harness.render import InstallPlan, Target, installer_for
+from reef_core.harness.tree import HarnessTree
+from reef_core.ids import validate_scenario_name
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+def _scenario(request: web.Request) -> str:
+    if "x-reef-scenario" in request.headers:
+        return scenario_header(request)
+    value = request.query.get("scenario")
+    if not value:
+        raise InvalidInput("name the scenario: the x-reef-scenario header or ?scenario=", field="scenario")
+    return validate_scenario_name(value, field="scenario")
+
+
+def _release_tree(
+    daemon: Daemon, name: str, wanted: str | None
+) -> tuple[HarnessTree, str | None, str | None]:
+    """The tree to install, its release name and commit; the empty tree before the first release."""
+    store = daemon.scenarios.store
+    if not store.exists(name):
+        if wanted:
+            raise NotFound(f"no scenario {name!r}, so no release {wanted}", field="release")
+        return HarnessTree.empty(), None, None
+    reader = daemon.scenarios.peek(name) or store.reader(name)
+    release = reader.releases.get(wanted) if wanted else reader.releases.tip()
+    if release is None:
+        return HarnessTree.empty(), None, None
+    return HarnessTree.from_files(reader.releases.files(release)), release.name, release.commit
+
+
+@routes.get("/reef/harness/install")
+async def install(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    adapter = request.query.get("adapter")
+    if not adapter:
+        raise InvalidInput("name the harness: ?adapter=pi", field="adapter")
+    installer = installer_for(adapter)
+    name = _scenario(request)
+    wanted = request.query.get("release") or None
+    if wanted is not None and not (wanted[:1] == "v" and wanted[1:].isdigit()):
+        raise InvalidInput(
+            f"release {wanted!r} must name a published release such as v2 (a pending cN is installed "
+            "after it is promoted)",
+            field="release",
+        )
+    tree, release, commit = await asyncio.to_thread(_release_tree, daemon, name, wanted)
+    settings = daemon.settings
+    target = Target(
+        reef_url=str(request.url.origin()),
+        scenario=name,
+        model=settings.inference.upstream_model or "default",
+        release=release,
+    )
+    plan = InstallPlan(
+        tree=tree,
+        target=target,
+        commit=commit,
+        python=sys.executable,
+        token_required=bool(settings.reef.tokens),
+    )
+    script = await asyncio.to_thread(installer.script, plan)
+    headers = {"x-reef-release-id": release} if release else {}
+    return web.Response(text=script, content_type="text/x-shellscript", headers=headers)

@@ -1,0 +1,121 @@
+"""A person's machine for the pi adapter: a fresh HOME where the installer script runs and
+``reef-pi`` is on PATH, in front of a real reef daemon and the scripted upstream.
+
+The daemon fixtures are the daemon tests' (``make_reef``: the basic recipe) and the reefine
+tests' (``reefine``: asks become releases, with the real pi as the health check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.daemon.conftest import RunningReef, make_reef
+from tests.reefine.conftest import reefine, upstream
+from tests.reefine.pi import require_pi
+
+__all__ = ["Machine", "machine", "make_reef", "reefine", "upstream"]
+
+SCENARIO = "dev"
+
+
+class Machine:
+    """A HOME of its own, with ``~/.local/bin`` first on PATH, and the pinned pi as ``REEF_PI``."""
+
+    def __init__(self, root: Path, pi: Path) -> None:
+        self.home = root / "home"
+        self.work = self.home / "work"  # pi's cwd: no AGENTS.md above it but reef's
+        self.work.mkdir(parents=True)
+        self.env = {
+            "PATH": f"{self.home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "REEF_PI": str(pi),
+            "LANG": "C.UTF-8",
+        }
+
+    @property
+    def base(self) -> Path:
+        return self.home / ".reef" / "harnesses" / "pi" / SCENARIO
+
+    @property
+    def agent(self) -> Path:
+        return self.base / "agent"
+
+    @property
+    def launcher(self) -> Path:
+        return self.home / ".local" / "bin" / "reef-pi"
+
+    def sidecar(self) -> dict[str, Any]:
+        return json.loads((self.base / "installed.json").read_text())
+
+    def script(self, reef: RunningReef, release: str | None = None, **headers: str) -> str:
+        params = {"adapter": "pi", "scenario": SCENARIO, **({"release": release} if release else {})}
+        response = httpx.get(f"{reef.url}/reef/harness/install", params=params, headers=headers)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("text/x-shellscript")
+        return response.text
+
+    def install(
+        self, reef: RunningReef, release: str | None = None, token: str | None = None, **env: str
+    ) -> subprocess.CompletedProcess:
+        """``curl … | sh``: the script on sh's stdin."""
+        auth = {"authorization": f"Bearer {token}"} if token else {}
+        run = subprocess.run(
+            ["sh", "-s"],
+            input=self.script(reef, release, **auth),
+            env={**self.env, **env},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, f"the installer failed:\n{run.stdout}\n{run.stderr}"
+        return run
+
+    def reef_pi(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """``reef-pi args`` from PATH, stdin closed (so pi runs in print mode)."""
+        return subprocess.run(
+            ["reef-pi", *args],
+            env={**self.env, **env},
+            cwd=self.work,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def files(self) -> dict[str, tuple[int, int]]:
+        """Every file under HOME, with its inode and modification time: what a write changes."""
+        found = {}
+        for path in sorted(self.home.rglob("*")):
+            if path.is_file():
+                stat = path.stat()
+                found[str(path.relative_to(self.home))] = (stat.st_ino, stat.st_mtime_ns)
+        return found
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Machine:
+    return Machine(tmp_path, require_pi().path)
+
+
+def run_records(reef: RunningReef, run_tag: str) -> list[dict[str, Any]]:
+    response = httpx.get(
+        f"{reef.url}/reef/scenarios/{SCENARIO}/records", params={"tag": f"run:{run_tag}", "limit": 1000}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["records"]
+
+
+def text_of(messages: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(list(messages), ensure_ascii=False)
+
+
+os.environ.pop("REEF_SCENARIO", None)  # the launcher reads it; tests name the scenario themselves

@@ -1,0 +1,235 @@
+"""``GET /reef/harness/install?adapter=pi`` and the script it returns, run by a real sh."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from reef_core.harness import Entry, HarnessTree
+from reef_core.store import Store, build_tree
+from tests.adapters.conftest import SCENARIO, Machine
+
+SKILL_A = (
+    "---\nname: bisect\ndescription: Use when a regression has an unknown cause.\n---\nRun git bisect.\n"
+)
+SKILL_B = "---\nname: tests-first\ndescription: Use when fixing a bug.\n---\nWrite a failing test first.\n"
+TOKEN = "s3cret-install-token"
+
+
+def publish(reef, *trees: HarnessTree) -> None:
+    """Releases v1, v2, … written straight into the scenario's repository (the daemon has not
+    opened it yet: the install route only reads)."""
+    scenario = Store(reef.state_dir).open(SCENARIO, create=True)
+    try:
+        expected = None
+        for tree in trees:
+            oid = build_tree(scenario.handle.repo, tree.files())
+            expected = scenario.releases.publish(oid, expected=expected, operation="evolve", ask="x").commit
+    finally:
+        scenario.close()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------ the route
+
+
+def test_the_route_refuses_what_it_cannot_install_with_clear_errors(make_reef):
+    reef = make_reef()
+    url = f"{reef.url}/reef/harness/install"
+    cases = [
+        ({"scenario": SCENARIO}, 400, "adapter"),
+        ({"adapter": "vim", "scenario": SCENARIO}, 400, "adapter"),
+        ({"adapter": "pi"}, 400, "scenario"),
+        ({"adapter": "pi", "scenario": "../etc"}, 400, "scenario"),
+        ({"adapter": "pi", "scenario": SCENARIO, "release": "c2"}, 400, "release"),
+        ({"adapter": "pi", "scenario": SCENARIO, "release": "v3"}, 404, "release"),
+    ]
+    for params, status, field in cases:
+        response = httpx.get(url, params=params)
+        assert response.status_code == status, (params, response.text)
+        assert response.json()["error"]["param"] == field, (params, response.text)
+    assert "use one of pi" in httpx.get(url, params=cases[1][0]).json()["error"]["message"]
+    # the scenario may come as the header too
+    assert httpx.get(url, params={"adapter": "pi"}, headers={"x-reef-scenario": SCENARIO}).status_code == 200
+
+
+def test_with_a_token_the_route_needs_it_and_the_script_never_holds_it(make_reef):
+    reef = make_reef(env={"REEF_TOKEN": TOKEN})
+    url = f"{reef.url}/reef/harness/install?adapter=pi&scenario={SCENARIO}"
+    assert httpx.get(url).status_code == 401
+    script = httpx.get(url, headers={"authorization": f"Bearer {TOKEN}"}).text
+    assert script.startswith("#!/bin/sh\n")
+    assert TOKEN not in script
+    assert "export REEF_TOKEN" in script  # the script tells the person where the token goes
+
+
+# ------------------------------------------------------------------------------------ the script
+
+
+@pytest.mark.e2e
+def test_the_script_installs_the_release_and_a_rerun_writes_nothing(make_reef, machine: Machine):
+    reef = make_reef()
+    publish(reef, HarnessTree.of([Entry("skill", "bisect", SKILL_A), Entry("rule", "style", "Be brief.\n")]))
+    run = machine.install(reef)
+    assert "v1 installed" in run.stdout
+
+    agent = machine.agent
+    assert (agent / "skills/bisect/SKILL.md").read_text() == SKILL_A
+    assert "## style\n\nBe brief." in (agent / "AGENTS.md").read_text()
+    assert 'registerCommand("versions"' in (agent / "extensions/reef.ts").read_text()
+    provider = json.loads((agent / "models.json").read_text())["providers"]["reef"]
+    assert provider["baseUrl"] == f"{reef.url}/v1"
+    assert provider["headers"] == {"x-reef-scenario": "REEF_SCENARIO", "x-reef-tag-run": "REEF_RUN_TAG"}
+    settings = json.loads((agent / "settings.json").read_text())
+    assert settings["defaultProvider"] == "reef"
+
+    sidecar = machine.sidecar()
+    assert sidecar["release"] == "v1" and sidecar["scenario"] == SCENARIO and sidecar["url"] == reef.url
+    assert sidecar["commit"] == Store(reef.state_dir).reader(SCENARIO).releases.tip().commit
+    assert sidecar["pi"] == machine.env["REEF_PI"] and sidecar["installed_at"].endswith("Z")
+    assert sorted(sidecar["files"]) == sorted(
+        str(p.relative_to(agent)) for p in agent.rglob("*") if p.is_file()
+    )
+    for path, digest in sidecar["files"].items():
+        assert sha256(agent / path) == digest, path
+
+    launcher = machine.launcher
+    assert launcher.stat().st_mode & 0o111
+    # the daemon's interpreter (this process's: the daemon runs in it) and URL, baked in
+    assert launcher.read_text().splitlines()[0] == f"#!{sys.executable}"
+    assert f"URL = {reef.url!r}" in launcher.read_text()
+
+    before = machine.files()
+    again = machine.install(reef)
+    assert "up to date" in again.stdout and "nothing written" in again.stdout
+    assert machine.files() == before
+
+    # a file changed by hand is put back, and only that one
+    (agent / "AGENTS.md").write_text("edited\n")
+    repaired = machine.install(reef)
+    assert [line for line in repaired.stdout.splitlines() if "wrote" in line] == [
+        f"reef:   wrote {agent}/AGENTS.md"
+    ]
+    assert sha256(agent / "AGENTS.md") == sidecar["files"]["AGENTS.md"]
+
+
+@pytest.mark.e2e
+def test_installing_another_release_removes_what_it_no_longer_has(make_reef, machine: Machine):
+    reef = make_reef()
+    publish(
+        reef,
+        HarnessTree.of([Entry("skill", "bisect", SKILL_A)]),
+        HarnessTree.of([Entry("skill", "tests-first", SKILL_B)]),
+    )
+    machine.install(reef, release="v1")
+    assert machine.sidecar()["release"] == "v1"
+    (machine.agent / "auth.json").write_text("{}\n")  # pi's own file: never reef's to remove
+    run = machine.install(reef)
+    assert machine.sidecar()["release"] == "v2"
+    assert not (machine.agent / "skills/bisect").exists()
+    assert f"removed {machine.agent}/skills/bisect/SKILL.md" in run.stdout
+    assert (machine.agent / "skills/tests-first/SKILL.md").read_text() == SKILL_B
+    assert (machine.agent / "auth.json").exists()
+
+
+@pytest.mark.e2e
+def test_without_sha256sum_and_base64_the_script_falls_back_on_python(make_reef, machine: Machine, tmp_path):
+    """Only POSIX tools on PATH (no coreutils sha256sum or base64, as on some systems)."""
+    bindir = tmp_path / "posix-bin"
+    bindir.mkdir()
+    tools = "sh cat mkdir dirname chmod mv rm rmdir sed grep tr tail cut date env node".split()
+    for tool in tools:
+        found = shutil.which(tool)
+        assert found, tool
+        (bindir / tool).symlink_to(found)
+    reef = make_reef()
+    publish(reef, HarnessTree.of([Entry("skill", "bisect", SKILL_A)]))
+    env = {**machine.env, "PATH": str(bindir)}
+    for expected in ("v1 installed", "nothing written"):
+        run = subprocess.run(
+            [str(bindir / "sh"), "-s"], input=machine.script(reef), env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0 and expected in run.stdout, run.stdout + run.stderr
+    for path, digest in machine.sidecar()["files"].items():
+        assert sha256(machine.agent / path) == digest, path
+
+
+@pytest.mark.e2e
+def test_a_wrong_pi_fails_the_install_before_anything_is_written(make_reef, machine: Machine):
+    reef = make_reef()
+    run = subprocess.run(
+        ["sh", "-s"],
+        input=machine.script(reef),
+        env={**machine.env, "REEF_PI": "/bin/true"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert "REEF_PI=/bin/true is not pi 0.73.1" in run.stderr
+    assert machine.files() == {}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_without_a_pi_the_script_installs_the_pinned_one_with_npm(make_reef, machine: Machine):
+    """npm installs from the project's npm cache, offline (what scripts/setup.sh filled)."""
+    cache = Path(__file__).resolve().parents[2] / ".cache" / "npm"
+    if not cache.is_dir():
+        pytest.fail(f"no npm cache at {cache}: run scripts/setup.sh --dev", pytrace=False)
+    reef = make_reef()
+    env = {k: v for k, v in machine.env.items() if k != "REEF_PI"}
+    assert subprocess.run(["sh", "-c", "command -v pi"], env=env).returncode != 0  # no pi on PATH
+    run = subprocess.run(
+        ["sh", "-s"],
+        input=machine.script(reef),
+        env={**env, "npm_config_cache": str(cache), "npm_config_offline": "true"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    npm_pi = machine.home / ".reef" / "npm" / "bin" / "pi"
+    assert "installing pi 0.73.1" in run.stdout
+    assert machine.sidecar()["pi"] == str(npm_pi)
+    # the next install finds that pi and installs nothing more
+    again = subprocess.run(["sh", "-s"], input=machine.script(reef), env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "nothing written" in again.stdout
+    assert "installing pi" not in again.stdout
+
+
+# ------------------------------------------------------------------------------------ run tags
+
+
+def test_records_can_be_read_by_tag(make_reef):
+    reef = make_reef()
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    sent = {}
+    for run in ("one", "two", "one"):
+        response = httpx.post(
+            f"{reef.url}/v1/chat/completions",
+            json=chat,
+            headers={"x-reef-scenario": SCENARIO, "x-reef-tag-run": run, "x-reef-tag-who": "me"},
+        )
+        sent.setdefault(run, []).append(response.headers["x-reef-agent-record-id"])
+    url = f"{reef.url}/reef/scenarios/{SCENARIO}/records"
+    assert [r["id"] for r in httpx.get(url, params={"tag": "run:one"}).json()["records"]] == sent["one"]
+    both = httpx.get(url, params=[("tag", "run:two"), ("tag", "who:me")]).json()["records"]
+    assert [r["id"] for r in both] == sent["two"]
+    assert httpx.get(url, params={"tag": "run:three"}).json() == {"records": [], "next": None}
+    page = httpx.get(url, params={"tag": "run:one", "limit": 1}).json()
+    assert [r["id"] for r in page["records"]] == sent["one"][:1] and page["next"] == sent["one"][0]
+    rest = httpx.get(url, params={"tag": "run:one", "after": page["next"]}).json()
+    assert [r["id"] for r in rest["records"]] == sent["one"][1:]
+    bad = httpx.get(url, params={"tag": "run"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tag"
