@@ -24,9 +24,9 @@ from aiohttp import web
 
 from reef_core.daemon.asks import parse_ask
 from reef_core.daemon.context import Daemon, daemon_of
-from reef_core.daemon.parsing import json_body, scenario_header
+from reef_core.daemon.parsing import json_body, scenario_header, scenario_of_read
 from reef_core.errors import ConfigError, InvalidInput, NotFound
-from reef_core.ids import parse_item_id, validate_scenario_name
+from reef_core.ids import parse_item_id
 from reef_core.release.pages import StepView, page_path, render_step_page, request_page_path
 from reef_core.store import Candidate, Release, ScenarioReader
 
@@ -35,16 +35,6 @@ __all__ = ["ask_progress", "routes"]
 routes = web.RouteTableDef()
 
 MANIFEST_PATH = "reef-release.json"
-
-
-def _scenario(request: web.Request) -> str:
-    """The scenario of a read: the header, or ``?scenario=`` (browsers cannot send headers)."""
-    if "x-reef-scenario" in request.headers:
-        return scenario_header(request)
-    value = request.query.get("scenario")
-    if not value:
-        raise InvalidInput("name the scenario: the x-reef-scenario header or ?scenario=", field="scenario")
-    return validate_scenario_name(value, field="scenario")
 
 
 @routes.post("/reef/train")
@@ -118,14 +108,14 @@ def _ask_id(request: web.Request) -> str:
 @routes.get("/reef/harness/requests/{id}/progress")
 async def progress(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
-    name, ask_id = _scenario(request), _ask_id(request)
+    name, ask_id = scenario_of_read(request), _ask_id(request)
     return web.json_response(await asyncio.to_thread(ask_progress, daemon, name, ask_id))
 
 
 @routes.get("/reef/harness/requests/{id}/page")
 async def request_page(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
-    name, ask_id = _scenario(request), _ask_id(request)
+    name, ask_id = scenario_of_read(request), _ask_id(request)
     state = await asyncio.to_thread(ask_progress, daemon, name, ask_id)
     result = state["result"]
     if state["state"] == "settled" and result and result.get("page_path"):
@@ -143,7 +133,7 @@ async def request_page(request: web.Request) -> web.Response:
 @routes.get("/reef/harness")
 async def harness(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
-    name = _scenario(request)
+    name = scenario_of_read(request)
     wanted = request.query.get("release")
     with_content = request.query.get("content", "false").lower() == "true"
 
@@ -184,7 +174,7 @@ async def harness(request: web.Request) -> web.Response:
 @routes.get("/reef/harness/releases/{n}/page")
 async def step_page(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
-    name = _scenario(request)
+    name = scenario_of_read(request)
     raw = request.match_info["n"]
     html_text = await asyncio.to_thread(_render_page, daemon.scenarios.reader(name), raw)
     return web.Response(text=html_text, content_type="text/html")

@@ -19,24 +19,14 @@ import sys
 from aiohttp import web
 
 from reef_core.daemon.context import Daemon, daemon_of
-from reef_core.daemon.parsing import scenario_header
+from reef_core.daemon.parsing import scenario_of_read
 from reef_core.errors import InvalidInput, NotFound
 from reef_core.harness.render import InstallPlan, Target, installer_for
 from reef_core.harness.tree import HarnessTree
-from reef_core.ids import validate_scenario_name
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
-
-
-def _scenario(request: web.Request) -> str:
-    if "x-reef-scenario" in request.headers:
-        return scenario_header(request)
-    value = request.query.get("scenario")
-    if not value:
-        raise InvalidInput("name the scenario: the x-reef-scenario header or ?scenario=", field="scenario")
-    return validate_scenario_name(value, field="scenario")
 
 
 def _release_tree(
@@ -62,7 +52,7 @@ async def install(request: web.Request) -> web.Response:
     if not adapter:
         raise InvalidInput("name the harness: ?adapter=pi", field="adapter")
     installer = installer_for(adapter)
-    name = _scenario(request)
+    name = scenario_of_read(request)
     wanted = request.query.get("release") or None
     if wanted is not None and not (wanted[:1] == "v" and wanted[1:].isdigit()):
         raise InvalidInput(

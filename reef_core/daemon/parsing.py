@@ -10,7 +10,7 @@ from aiohttp import web
 from reef_core.errors import InvalidInput
 from reef_core.ids import validate_scenario_name
 
-__all__ = ["json_body", "scenario_header"]
+__all__ = ["json_body", "scenario_header", "scenario_of_read"]
 
 
 def scenario_header(request: web.Request) -> str:
@@ -18,6 +18,17 @@ def scenario_header(request: web.Request) -> str:
     if not raw:
         raise InvalidInput("the x-reef-scenario header is required", field="x-reef-scenario")
     return validate_scenario_name(raw, field="x-reef-scenario")
+
+
+def scenario_of_read(request: web.Request) -> str:
+    """The scenario of a read: the header, or ``?scenario=`` (browsers and ``curl | sh`` links
+    cannot send headers)."""
+    if "x-reef-scenario" in request.headers:
+        return scenario_header(request)
+    value = request.query.get("scenario")
+    if not value:
+        raise InvalidInput("name the scenario: the x-reef-scenario header or ?scenario=", field="scenario")
+    return validate_scenario_name(value, field="scenario")
 
 
 async def json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
