@@ -113,6 +113,8 @@ def bwrap_command(
     argv = [bwrap or _bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     # /tmp first: binds below it are created inside the private tmpfs, not hidden by it
     argv += ["--tmpfs", "/tmp"]
+    for path in _runtime_under_tmp():  # a checkout or venv under /tmp (CI) must stay visible
+        argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
         argv += ["--bind", str(path), str(path)]
     for source, target in readonly:
@@ -122,6 +124,19 @@ def bwrap_command(
     if chdir is not None:
         argv += ["--chdir", str(chdir)]
     return [*argv, "--", *inner]
+
+
+def _runtime_under_tmp() -> list[Path]:
+    """What the sandbox runs from (this project, the Python environment) when it lives below
+    ``/tmp``, which the sandbox otherwise replaces with an empty tmpfs; outermost paths only."""
+    tmp = Path("/tmp")
+    wanted = {
+        Path(__file__).resolve().parents[2],  # the project: recipes, adapters, .cache/tools (pi)
+        Path(sys.prefix).resolve(),
+        Path(sys.executable).resolve().parent,
+    }
+    under = sorted(p for p in wanted if p != tmp and p.is_relative_to(tmp))
+    return [p for p in under if not any(p != q and p.is_relative_to(q) for q in under)]
 
 
 def forwarder_command(port: int, socket_path: str, inner: Sequence[str]) -> list[str]:
