@@ -295,6 +295,8 @@ class ReleaseChain:
         """Store a candidate under the next free step number (never overwrites)."""
         repo = self._repo
         tree_oid = pygit2.Oid(hex=str(tree))
+        if not isinstance(repo.get(tree_oid), pygit2.Tree):
+            raise InvalidInput(f"{tree} is not a tree in this repository", field="tree")
         body = json.dumps(record or {}, ensure_ascii=False, indent=2, sort_keys=True)
         parents = [pygit2.Oid(hex=base.commit)] if base else []
         step = self._next_step()
