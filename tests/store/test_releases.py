@@ -138,3 +138,13 @@ def test_candidate_numbers_are_never_reused(scenario):
     chain._next_step = lambda: 2  # type: ignore[method-assign]
     second = chain.create_candidate(tree, base=None, verdict="selected")
     assert second.step == 3
+
+
+def test_a_candidate_or_release_of_a_tree_that_does_not_exist_is_refused(scenario):
+    chain = scenario.releases
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    with pytest.raises(InvalidInput, match="not a tree"):
+        chain.create_candidate(missing, base=None, verdict="selected")
+    with pytest.raises(InvalidInput, match="not a tree"):
+        chain.publish(missing, expected=None, operation="evolve")
+    assert chain.candidates() == [] and chain.tip() is None
