@@ -57,7 +57,10 @@ def when(epoch: int | float | None) -> str:
     """A moment in local time, as a person reads it in a table."""
     if not epoch:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+    moment = time.localtime(epoch)
+    if moment.tm_year == time.localtime().tm_year:
+        return time.strftime("%b %d %H:%M", moment)  # this year's: short enough for 80 columns
+    return time.strftime("%Y-%m-%d %H:%M", moment)
 
 
 def is_tty() -> bool:

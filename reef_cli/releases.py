@@ -46,18 +46,18 @@ def releases(
         console.print(f"{scenario} has no release yet", highlight=False)
     else:
         table = Table(box=None, pad_edge=False)
-        for column in ("", "release", "operation", "verdict", "ask", "metrics", "created"):
+        for column in ("release", "operation", "verdict", "ask", "metrics", "created"):
             _column(table, column)
         for row in rows:
-            table.add_row(
-                "[green]●[/]" if row["current"] else "",
-                f"[bold]{row['release']}[/]" if row["current"] else row["release"],
+            cells = [
+                f"[green]●[/] [bold]{row['release']}[/]" if row["current"] else f"  {row['release']}",
                 row["operation"],
                 escape(row.get("verdict") or "-"),
                 escape(_short(row.get("ask"))),
                 _metrics(row.get("metrics")),
                 out.when(row.get("created_at")),
-            )
+            ]
+            table.add_row(*cells)
         console.print(table)
     waiting = [step for step in listing["steps"] if not step.get("release")]  # not published
     if waiting:
@@ -87,13 +87,15 @@ def releases(
 
 
 def _column(table: Table, name: str) -> None:
-    # one line per row: a long ask or verdict is cut short (--json has it whole)
-    if name in ("ask", "verdict"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=12)
-    elif name == "metrics":
-        table.add_column(name, min_width=10)
+    # on a narrow terminal the ask, verdict and metrics wrap (rich narrows wrapping columns
+    # first); names, states, operations and times keep their width
+    if name in _FLEXIBLE:
+        table.add_column(name, max_width=_FLEXIBLE[name])
     else:
         table.add_column(name, no_wrap=True)
+
+
+_FLEXIBLE = {"ask": 48, "verdict": 30, "metrics": 30}
 
 
 def _state(step: dict[str, Any]) -> str:
