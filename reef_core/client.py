@@ -212,17 +212,24 @@ class ReefClient:
 
     # -- audit reads -------------------------------------------------------------------------
 
-    def records(self, scenario: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
-        """One page: ``{"records": [...], "next": id or None}``, oldest first."""
+    def records(
+        self, scenario: str, *, after: str | None = None, limit: int = 50, tag: str | None = None
+    ) -> dict[str, Any]:
+        """One page: ``{"records": [...], "next": id or None}``, oldest first; ``tag`` (``name:value``)
+        keeps only the records carrying that tag."""
         params: dict[str, Any] = {"limit": limit}
         if after is not None:
             params["after"] = str(parse_item_id(after, field="after"))
+        if tag is not None:
+            params["tag"] = tag
         return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/records", params=params)
 
-    def iter_records(self, scenario: str, *, after: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every record after ``after``, page by page."""
+    def iter_records(
+        self, scenario: str, *, after: str | None = None, tag: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every record after ``after`` (with ``tag``, if given), page by page."""
         while True:
-            page = self.records(scenario, after=after, limit=_PAGE)
+            page = self.records(scenario, after=after, limit=_PAGE, tag=tag)
             yield from page["records"]
             after = page.get("next")
             if not after:

@@ -54,7 +54,6 @@ __all__ = ["COMMANDS", "Layout", "main", "versions_table"]
 COMMANDS = ("evolve", "versions", "update", "report", "doctor", "help")
 PI_VERSION = "0.73.1"  # adapters.pi.install pins the same one
 _RUN_TAG = "run"
-_RECORD_PAGE = 1000
 _CLOCK_SLACK_MS = 10_000  # records of a run are searched from this long before it started
 _ASK_WIDTH = 60
 _OFFLINE = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
@@ -112,31 +111,14 @@ class _Context:
     out: TextIO
     err: TextIO
 
-    def client(self, timeout: float = 30.0) -> _Client:
-        return _Client(self.url, self.token, timeout=timeout)
+    def client(self, timeout: float = 30.0) -> ReefClient:
+        return ReefClient(self.url, self.token, timeout=timeout)
 
     def say(self, text: str = "") -> None:
         print(text, file=self.out, flush=True)
 
     def installer_url(self) -> str:
         return f"{self.url}/reef/harness/install?adapter=pi&scenario={quote(self.scenario)}"
-
-
-class _Client(ReefClient):
-    """:class:`ReefClient` plus the one read it lacks: records carrying a tag."""
-
-    def tagged_records(self, scenario: str, tag: str, *, after: str) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        cursor: str | None = after
-        while cursor:
-            page = self._call(
-                "GET",
-                f"/reef/scenarios/{self._name(scenario)}/records",
-                params={"tag": tag, "after": cursor, "limit": _RECORD_PAGE},
-            )
-            found += page["records"]
-            cursor = page.get("next")
-        return found
 
 
 # ------------------------------------------------------------------------------------ entry
@@ -322,7 +304,7 @@ def _evolve(ctx: _Context, args: list[str]) -> int:
         return _outcome(ctx, client, progress)
 
 
-def _outcome(ctx: _Context, client: _Client, progress: Progress) -> int:
+def _outcome(ctx: _Context, client: ReefClient, progress: Progress) -> int:
     result = progress.result or {}
     verdict = str(result.get("verdict") or "unknown")
     step = result.get("step")
@@ -506,7 +488,7 @@ def _report(ctx: _Context, args: list[str]) -> int:
     # ids are time-ordered: start a little before the run, in case the clocks differ
     after = f"rec_{max(0, started_ms - _CLOCK_SLACK_MS):012x}{0:016x}"
     with ctx.client() as client:
-        records = client.tagged_records(ctx.scenario, f"{_RUN_TAG}:{tag}", after=after)
+        records = list(client.iter_records(ctx.scenario, after=after, tag=f"{_RUN_TAG}:{tag}"))
         if not records:
             raise ReefError(
                 f"the last run (started {last.get('started_at')}) left no records in scenario "
