@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pygit2
 
-from reef_core.errors import ScenarioLocked, StoreError
+from reef_core.errors import ConflictError, ScenarioLocked, StoreError
 
 __all__ = [
     "RepoHandle",
@@ -196,6 +196,68 @@ def blob_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Blob:
     if not isinstance(obj, pygit2.Blob):
         raise StoreError(f"{oid} is not a blob")
     return obj
+
+
+def move_ref(repo_path: Path, name: str, expected: str, new: str, *, fsync: bool = False) -> None:
+    """Move loose ref ``name`` from ``expected`` to ``new`` with git's own lock protocol.
+
+    ``<ref>.lock`` is created exclusively (as git and libgit2 do), the ref is read under it and
+    compared, the new value written and renamed into place.  Raises :class:`ConflictError` if
+    the ref moved or another writer holds its lock.  libgit2's ``set_target`` does the same
+    plus a lookup of the target in the object store, which right after a new pack means
+    rescanning the pack directory: most of a data commit's cost, and redundant for a target
+    the caller has just written.
+    """
+    path = repo_path / name
+    lock = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError as exc:
+        raise ConflictError(f"{name} is locked by another writer") from exc
+    try:
+        current = read_ref(repo_path, name)
+        if current != expected:
+            raise ConflictError(f"{name} moved: expected {expected}, found {current}")
+        os.write(fd, (new + "\n").encode())
+        if fsync:
+            os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(lock, path)
+        if fsync:
+            _fsync_dir(path.parent)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        lock.unlink(missing_ok=True)
+        raise
+
+
+def read_ref(repo_path: Path, name: str) -> str | None:
+    """The object id ``name`` points at, read as git reads it: the loose file, else packed-refs."""
+    try:
+        value = (repo_path / name).read_text().strip()
+    except FileNotFoundError:
+        value = ""
+    if value:
+        return None if value.startswith("ref: ") else value
+    try:
+        packed = (repo_path / "packed-refs").read_text()
+    except FileNotFoundError:
+        return None
+    for line in packed.splitlines():
+        oid, _, ref = line.partition(" ")
+        if ref == name:
+            return oid
+    return None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def create_ref_exclusive(repo: pygit2.Repository, name: str, target: pygit2.Oid, message: str = "") -> bool:

@@ -25,11 +25,11 @@ from typing import Any
 
 import pygit2
 
-from reef_core.errors import InvalidInput, StoreError
+from reef_core.errors import ConflictError, InvalidInput, StoreError
 from reef_core.ids import KINDS, IdGenerator, ItemId
 from reef_core.store.data import DATA_REF, DataReader, format_message, parse_counts
 from reef_core.store.packs import BLOB, COMMIT, TREE, PackBuilder
-from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, tree_at
+from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, move_ref, tree_at
 
 __all__ = [
     "GroupCommitWriter",
@@ -195,8 +195,9 @@ class GroupCommitWriter:
                     if not create_ref_exclusive(repo, DATA_REF, pygit2.Oid(hex=head)):
                         raise pygit2.GitError(f"{DATA_REF} appeared")
                 else:
-                    ref.set_target(pygit2.Oid(hex=head))
-            except (pygit2.GitError, StoreError, OSError) as exc:
+                    assert tip is not None
+                    move_ref(self._handle.path, DATA_REF, tip, head, fsync=self._fsync)
+            except (pygit2.GitError, StoreError, ConflictError, OSError) as exc:
                 # The ref moved or its lock is held: rebuild on the new tip and try again.
                 log.warning("data ref update raced (%s); retrying", exc)
                 self._hot = None
