@@ -102,7 +102,7 @@ class Packer:
 
     def _repack(self) -> None:
         command = ["git", "-c", "pack.threads=1", "-c", "core.fsync=none", "-C", str(self._path)]
-        command += ["repack", "-d", "-q", "-n", "--geometric=2"]
+        command += ["repack", "-d", "-q", "-n", "-F", "--geometric=2"]
         if _NICE:  # below the daemon, which has requests to answer
             command = [_NICE, "-n", "5", *command]
         lock = _open_lock(self._path)
