@@ -29,7 +29,7 @@ import pygit2
 
 from reef_core.errors import ConflictError, InvalidInput, NotFound, StoreError
 from reef_core.store.data import parse_trailers
-from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, signature, tree_at
+from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, read_ref, signature, tree_at
 from reef_core.store.trees import iter_files
 
 __all__ = [
@@ -109,6 +109,7 @@ class ReleaseChain:
 
     def __init__(self, handle: RepoHandle) -> None:
         self._handle = handle
+        self._tip: tuple[str, Release] | None = None  # the last tip read, by commit id
 
     @property
     def _repo(self) -> pygit2.Repository:
@@ -117,8 +118,17 @@ class ReleaseChain:
     # -- reading -------------------------------------------------------------------------
 
     def tip(self) -> Release | None:
-        ref = self._repo.references.get(RELEASE_REF)
-        return None if ref is None else self._release_of(commit_at(self._repo, ref.target))
+        """The serving release.  Read on every proxied request, so the ref is read as a file
+        (a few microseconds) and the release parsed only when it changed."""
+        target = read_ref(self._handle.path, RELEASE_REF)
+        if target is None:
+            return None
+        known = self._tip
+        if known is not None and known[0] == target:
+            return known[1]
+        release = self._release_of(commit_at(self._repo, target))
+        self._tip = (target, release)
+        return release
 
     def __iter__(self) -> Iterator[Release]:
         """Releases, newest first."""

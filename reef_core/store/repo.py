@@ -6,6 +6,7 @@ reads from several threads opens one :class:`pygit2.Repository` per thread (:cla
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 import pygit2
 
 from reef_core.errors import ConflictError, ScenarioLocked, StoreError
+from reef_core.store.scratch import RefFiles, fsync_dir
 
 __all__ = [
     "RepoHandle",
@@ -198,47 +200,95 @@ def blob_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Blob:
     return obj
 
 
-def move_ref(repo_path: Path, name: str, expected: str, new: str, *, fsync: bool = False) -> None:
+def move_ref(
+    repo_path: Path,
+    name: str,
+    expected: str,
+    new: str,
+    *,
+    fsync: bool = False,
+    files: RefFiles | None = None,
+) -> None:
     """Move loose ref ``name`` from ``expected`` to ``new`` with git's own lock protocol.
 
     ``<ref>.lock`` is created exclusively (as git and libgit2 do), the ref is read under it and
-    compared, the new value written and renamed into place.  Raises :class:`ConflictError` if
-    the ref moved or another writer holds its lock.  libgit2's ``set_target`` does the same
-    plus a lookup of the target in the object store, which right after a new pack means
-    rescanning the pack directory: most of a data commit's cost, and redundant for a target
-    the caller has just written.
+    compared, and the lock renamed over the ref.  Raises :class:`ConflictError` if the ref moved
+    or another writer holds its lock.  libgit2's ``set_target`` does the same plus a lookup of
+    the target in the object store, which right after a new pack means rescanning the pack
+    directory: most of a data commit's cost, and redundant for a target the caller has just
+    written.
+
+    With ``files`` (the writer's ring, see ``scratch.py``) the lock is a file made ahead and
+    *linked* into place (``link`` fails on an existing lock exactly as ``O_EXCL`` does), the
+    comparison is a ``stat`` when the ref is still the file this ring put there (any other
+    writer replaces the file), and the replaced file is not freed: a ref update creates and
+    frees nothing.
     """
-    path = repo_path / name
-    lock = path.with_name(path.name + ".lock")
+    path = os.path.join(repo_path, name)
+    lock = path + ".lock"
+    data = (new + "\n").encode()
+    inode = None
+    if files is None:
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as exc:
+            raise ConflictError(f"{name} is locked by another writer") from exc
+        try:
+            _fill(fd, data, fsync)
+        finally:
+            os.close(fd)
+    else:
+        fd, spare, inode = files.take()
+        _fill(fd, data, fsync)
+        try:
+            os.link(spare, lock)
+        except FileExistsError as exc:
+            raise ConflictError(f"{name} is locked by another writer") from exc
     try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError as exc:
-        raise ConflictError(f"{name} is locked by another writer") from exc
-    try:
-        current = read_ref(repo_path, name)
-        if current != expected:
-            raise ConflictError(f"{name} moved: expected {expected}, found {current}")
-        os.write(fd, (new + "\n").encode())
-        if fsync:
-            os.fsync(fd)
-        os.close(fd)
-        fd = -1
+        placed = files.current if files is not None else None
+        if placed is None or placed[1] != expected or not _is_file(path, placed[0]):
+            current = read_ref(repo_path, name)
+            if current != expected:
+                raise ConflictError(f"{name} moved: expected {expected}, found {current}")
         os.replace(lock, path)
         if fsync:
-            _fsync_dir(path.parent)
+            fsync_dir(os.path.dirname(path))
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        lock.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
         raise
+    if files is not None:
+        assert inode is not None
+        files.current = (inode, new)
+
+
+def _is_file(path: str, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except FileNotFoundError:
+        return False
+
+
+def _fill(fd: int, data: bytes, fsync: bool) -> None:
+    """Write ``data`` as the whole content of the open file ``fd``."""
+    os.pwrite(fd, data, 0)
+    if os.fstat(fd).st_size != len(data):
+        os.ftruncate(fd, len(data))
+    if fsync:
+        os.fsync(fd)
 
 
 def read_ref(repo_path: Path, name: str) -> str | None:
     """The object id ``name`` points at, read as git reads it: the loose file, else packed-refs."""
     try:
-        value = (repo_path / name).read_text().strip()
+        fd = os.open(os.path.join(repo_path, name), os.O_RDONLY)
     except FileNotFoundError:
         value = ""
+    else:
+        try:
+            value = os.read(fd, 4096).decode().strip()
+        finally:
+            os.close(fd)
     if value:
         return None if value.startswith("ref: ") else value
     try:
@@ -250,14 +300,6 @@ def read_ref(repo_path: Path, name: str) -> str | None:
         if ref == name:
             return oid
     return None
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def create_ref_exclusive(repo: pygit2.Repository, name: str, target: pygit2.Oid, message: str = "") -> bool:

@@ -29,6 +29,7 @@ from reef_core.store.packer import Packer
 from reef_core.store.packs import remove_incomplete_packs
 from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
+from reef_core.store.scratch import clear_scratch
 from reef_core.store.writer import GroupCommitWriter
 
 __all__ = [
@@ -67,6 +68,7 @@ class Scenario(ScenarioReader):
             super().__init__(name, path)
             self.recovered_locks = clear_stale_ref_locks(path)
             self.recovered_packs = remove_incomplete_packs(path / "objects")
+            clear_scratch(path)
             self.releases.repair_tags()
             self.packer = Packer(path, every=options.pack_every, on_repacked=self.handle.invalidate)
             self.writer = GroupCommitWriter(
@@ -90,9 +92,13 @@ class Scenario(ScenarioReader):
         *,
         summary: str = "",
         trailers: Mapping[str, str] | None = None,
+        now: bool = False,
     ) -> Future[str]:
-        """Queue an item; the future resolves to its id once it is committed."""
-        return self.writer.submit(kind, body, summary=summary, trailers=trailers)
+        """Queue an item; the future resolves to its id once it is committed.
+
+        ``now``: write it in this thread if the writer is idle (see ``GroupCommitWriter.submit``).
+        """
+        return self.writer.submit(kind, body, summary=summary, trailers=trailers, now=now)
 
     def append_sync(self, kind: str, body: Mapping[str, Any], **kwargs: Any) -> str:
         return self.append(kind, body, **kwargs).result()

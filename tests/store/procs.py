@@ -20,7 +20,9 @@ def append_until_killed(state_dir: str, threads: int) -> None:
     def loop(k: int) -> None:
         n = 0
         while True:
-            item_id = scenario.append_sync("record", {"thread": k, "n": n, "pad": "x" * (n % 200)})
+            # even threads ask to write in place when the writer is idle, odd ones queue
+            body = {"thread": k, "n": n, "pad": "x" * (n % 200)}
+            item_id = scenario.append("record", body, now=k % 2 == 0).result()
             with out_lock:
                 sys.stdout.write(item_id + "\n")
                 sys.stdout.flush()

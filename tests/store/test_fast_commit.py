@@ -1,0 +1,109 @@
+"""The one-item commit's fast path: written by an idle writer's caller, files made ahead,
+a ref update that creates and frees nothing — all of it checked with the git CLI."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from reef_core.ids import parse_item_id
+from reef_core.store import DATA_REF, Store
+from reef_core.store.scratch import SCRATCH_DIR
+from tests.conftest import git
+
+
+def tip(repo: Path) -> str:
+    return git("--git-dir", str(repo), "rev-parse", DATA_REF).stdout.strip()
+
+
+def subject_ids(repo: Path) -> list[str]:
+    subjects = git("--git-dir", str(repo), "log", "--reverse", "--format=%s", DATA_REF).stdout.splitlines()
+    return [line.split()[1] for line in subjects]
+
+
+def test_an_idle_writer_lets_the_caller_write_and_the_item_is_on_the_branch_at_once(scenario):
+    scenario.append_sync("record", {"n": 0})  # the writer thread reads the tip's trees first
+    future = scenario.append("record", {"n": 1}, now=True)
+    assert future.done()  # written in this thread, before append returned
+    item_id = future.result()
+    assert subject_ids(scenario.path)[-1] == item_id
+    assert git("--git-dir", str(scenario.path), "show", f"{DATA_REF}:{parse_item_id(item_id).path}").stdout
+    git("--git-dir", str(scenario.path), "fsck", "--strict", "--no-dangling")
+
+
+def test_written_in_place_or_queued_the_log_keeps_the_order_of_the_ids(scenario):
+    scenario.append_sync("record", {"warm": True})
+    written: list[str] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        for n in range(40):
+            item_id = scenario.append("record", {"k": k, "n": n}, now=k % 2 == 0).result()
+            with lock:
+                written.append(item_id)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = subject_ids(scenario.path)
+    assert len(ids) == 241 and set(written) <= set(ids)
+    # one commit per item, in the order the ids were given out (time order)
+    assert [parse_item_id(i).hex for i in ids] == sorted(parse_item_id(i).hex for i in ids)
+    git("--git-dir", str(scenario.path), "fsck", "--strict", "--no-dangling")
+
+
+def test_nothing_git_could_call_garbage_and_a_reader_holding_the_old_ref_reads_it_whole(scenario):
+    repo = scenario.path
+    scenario.append_sync("record", {"n": 0})
+    scenario.append_sync("record", {"n": 1})
+    before = tip(repo)
+    held = os.open(repo / DATA_REF, os.O_RDONLY)  # a reader between its open() and its read()
+    try:
+        for n in range(2, 8):  # fewer updates than the ring has files
+            scenario.append("record", {"n": n}, now=True).result()
+        assert os.pread(held, 100, 0).decode() == before + "\n"
+    finally:
+        os.close(held)
+    after = tip(repo)
+    assert after != before and (repo / DATA_REF).read_text() == after + "\n"
+    counted = git("--git-dir", str(repo), "count-objects", "-v").stdout
+    assert "garbage: 0" in counted
+    assert not list((repo / "objects" / "pack").glob("tmp*"))
+    assert len(git("--git-dir", str(repo), "rev-list", DATA_REF).stdout.split()) == 8
+    git("--git-dir", str(repo), "fsck", "--strict", "--no-dangling")
+
+
+def test_git_moving_the_branch_between_two_commits_is_noticed(scenario):
+    repo = scenario.path
+    first = scenario.append_sync("record", {"n": 1})
+    scenario.append("record", {"n": 2}, now=True).result()
+    base = git("--git-dir", str(repo), "rev-parse", f"{DATA_REF}~1").stdout.strip()
+    # someone rewinds the branch with git itself (a new file renamed over the ref)
+    git("--git-dir", str(repo), "update-ref", DATA_REF, base)
+    third = scenario.append("record", {"n": 3}, now=True).result()
+    # the writer's compare-and-swap saw the move and built on what git left
+    assert git("--git-dir", str(repo), "rev-parse", f"{DATA_REF}~1").stdout.strip() == base
+    assert subject_ids(repo) == [first, third]
+    git("--git-dir", str(repo), "fsck", "--strict")
+
+
+def test_scratch_files_are_the_writers_own_and_gone_after_close(store: Store, tmp_path: Path):
+    scenario = store.open("s", create=True)
+    scratch = scenario.path / SCRATCH_DIR
+    try:
+        for n in range(5):
+            scenario.append("record", {"n": n}, now=n > 0).result()
+        names = [p.name for p in scratch.iterdir()]
+        assert names and all(f"-{os.getpid()}-" in name for name in names)
+    finally:
+        scenario.close()
+    assert not list(scratch.iterdir())
+    # a killed writer's leftovers (here: planted) are cleared by the next one
+    (scratch / "pack-1-0").write_bytes(b"")
+    with store.open("s") as reopened:
+        assert not (scratch / "pack-1-0").exists()
+        reopened.append_sync("record", {"n": 5})
+    git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
