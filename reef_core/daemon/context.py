@@ -27,6 +27,7 @@ class Daemon:
     learners: Learners
     upstream_format: str = "openai"
     engine: Any = None  # the embedded model engine, when it serves
+    inference_in_flight: int = 0  # requests on the inference routes being answered now
     started: float = field(default_factory=time.time)
 
 

@@ -143,6 +143,14 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def _inference(request: web.Request, client_format: str) -> web.StreamResponse:
     daemon = daemon_of(request)
+    daemon.inference_in_flight += 1
+    try:
+        return await _answer(request, daemon, client_format)
+    finally:
+        daemon.inference_in_flight -= 1
+
+
+async def _answer(request: web.Request, daemon: Daemon, client_format: str) -> web.StreamResponse:
     name = scenario_header(request)
     capture = _capture(request)
     raw, body = await json_body(request)
@@ -189,7 +197,9 @@ async def _inference(request: web.Request, client_format: str) -> web.StreamResp
     exchange.response = client_answer
     exchange.complete = True
     if scenario is not None:
-        response_headers[RECEIPT_HEADER] = await commit_record(scenario, exchange)
+        response_headers[RECEIPT_HEADER] = await commit_record(
+            scenario, exchange, alone=daemon.inference_in_flight == 1
+        )
     if client_answer is answer:
         return web.Response(
             body=reply.body,
@@ -255,7 +265,8 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
     except Exception as exc:  # an early break leaves little to assemble; keep what is known
         exchange.response = None
         log.debug("could not assemble a broken stream: %s", exc)
-    receipt = await commit_record(scenario, exchange) if scenario is not None else None
+    alone = daemon.inference_in_flight == 1
+    receipt = await commit_record(scenario, exchange, alone=alone) if scenario is not None else None
     if client_gone:
         return response
     try:
