@@ -242,9 +242,15 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
         await response.prepare(request)
         decoder = SSEDecoder()
         async for chunk in upstream.chunks():
-            for event in decoder.feed(chunk):
-                for out in relay.feed(event):
-                    await response.write(out.encode())
+            # every event this chunk completes goes out in one write: nothing waits for more
+            # data, and a burst of events costs one send instead of one each
+            ready: list[bytes] = []
+            try:
+                for event in decoder.feed(chunk):
+                    ready.extend(out.encode() for out in relay.feed(event))
+            finally:  # events before a broken one still reach the client, as recorded
+                if ready:
+                    await response.write(b"".join(ready))
                     exchange.mark_first_byte()
             if relay.terminal_seen:
                 break
@@ -271,10 +277,9 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
         return response
     try:
         if exchange.complete:
-            await response.write(relay.terminal(receipt))
+            await response.write_eof(relay.terminal(receipt))
         else:
-            await response.write(relay.error_event(exchange.error or "stream failed", receipt))
-        await response.write_eof()
+            await response.write_eof(relay.error_event(exchange.error or "stream failed", receipt))
     except (ConnectionResetError, ConnectionError):
         log.info("client left before the end of its stream (receipt %s)", receipt)
     return response

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import httpx
@@ -10,7 +11,7 @@ import openai
 import pytest
 
 from tests.conftest import git
-from tests.fakes.upstream import Error, Reset, Text, ToolCall
+from tests.fakes.upstream import Error, Reset, Slow, Text, ToolCall
 
 SCENARIO = "sdk"
 TOOL = {
@@ -101,6 +102,23 @@ def test_openai_client_stream_gets_its_receipt_last(make_reef, upstream, api):
     record = assert_recorded(reef, receipt)
     assert record["stream"] is True
     assert record["response"]["choices"][0]["message"]["content"] == text
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_streamed_words_reach_the_client_as_the_upstream_sends_them(make_reef, upstream, api):
+    reef = make_reef(api=api)
+    upstream.script(Slow("one two three four five", interval=0.15))
+    started = time.monotonic()
+    arrivals = []
+    stream = openai_client(reef).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "count"}], stream=True
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrivals.append(time.monotonic() - started)
+    assert len(arrivals) >= 5
+    # the first word is not held back until the last one is sent, 0.6 s later
+    assert arrivals[-1] - arrivals[0] > 0.4
 
 
 @pytest.mark.parametrize("api", APIS)
