@@ -20,9 +20,11 @@ daemon and a CLI, may race, and exactly one wins each compare-and-swap.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pygit2
@@ -100,6 +102,17 @@ def _parse_release_number(value: object) -> int:
     return int(digits)
 
 
+def _stamp(repo_path: Path, name: str) -> tuple[int, ...]:
+    """Identifies the file a ref is read from (loose, else packed-refs, else none) as it is now."""
+    for path in (os.path.join(repo_path, name), os.path.join(repo_path, "packed-refs")):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return ()
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
@@ -109,7 +122,7 @@ class ReleaseChain:
 
     def __init__(self, handle: RepoHandle) -> None:
         self._handle = handle
-        self._tip: tuple[str, Release] | None = None  # the last tip read, by commit id
+        self._tip: tuple[tuple[int, ...], Release | None] | None = None  # last tip read, by stamp
 
     @property
     def _repo(self) -> pygit2.Repository:
@@ -118,16 +131,19 @@ class ReleaseChain:
     # -- reading -------------------------------------------------------------------------
 
     def tip(self) -> Release | None:
-        """The serving release.  Read on every proxied request, so the ref is read as a file
-        (a few microseconds) and the release parsed only when it changed."""
-        target = read_ref(self._handle.path, RELEASE_REF)
-        if target is None:
-            return None
+        """The serving release.
+
+        Read on every proxied request, so while the ref's file is the one read last time (same
+        inode, size and times: git replaces a ref's file, never rewrites it) the release parsed
+        then is returned after one ``stat``.
+        """
+        stamp = _stamp(self._handle.path, RELEASE_REF)
         known = self._tip
-        if known is not None and known[0] == target:
+        if known is not None and known[0] == stamp:
             return known[1]
-        release = self._release_of(commit_at(self._repo, target))
-        self._tip = (target, release)
+        target = read_ref(self._handle.path, RELEASE_REF)
+        release = None if target is None else self._release_of(commit_at(self._repo, target))
+        self._tip = (stamp, release)
         return release
 
     def __iter__(self) -> Iterator[Release]:
@@ -220,6 +236,7 @@ class ReleaseChain:
         sig = signature()
         commit = repo.create_commit(None, sig, sig, message, tree_oid, parents)
         self._swap(RELEASE_REF, expected, commit, message=subject)
+        self._tip = None
         release = self._release_of(commit_at(repo, commit))
         self._ensure_tag(release, ask=ask, verdict=verdict)
         return release

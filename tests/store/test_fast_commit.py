@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from pathlib import Path
 
 from reef_core.ids import parse_item_id
 from reef_core.store import DATA_REF, Store
+from reef_core.store.packs import _store
 from reef_core.store.scratch import SCRATCH_DIR
 from tests.conftest import git
 
@@ -107,3 +109,9 @@ def test_scratch_files_are_the_writers_own_and_gone_after_close(store: Store, tm
         assert not (scratch / "pack-1-0").exists()
         reopened.append_sync("record", {"n": 5})
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
+
+
+def test_trees_are_stored_as_zlib_streams_any_inflater_reads_at_every_block_boundary():
+    for size in (0, 1, 0xFFFE, 0xFFFF, 0x10000, 2 * 0xFFFF, 2 * 0xFFFF + 1):
+        data = os.urandom(size)
+        assert zlib.decompress(_store(data)) == data, size

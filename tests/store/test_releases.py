@@ -6,7 +6,8 @@ import pygit2
 import pytest
 
 from reef_core.errors import ConflictError, InvalidInput, NotFound
-from reef_core.store import build_tree
+from reef_core.store import ReleaseChain, build_tree
+from reef_core.store.repo import RepoHandle
 from tests.conftest import git
 
 
@@ -148,3 +149,17 @@ def test_a_candidate_or_release_of_a_tree_that_does_not_exist_is_refused(scenari
     with pytest.raises(InvalidInput, match="not a tree"):
         chain.publish(missing, expected=None, operation="evolve")
     assert chain.candidates() == [] and chain.tip() is None
+
+
+def test_the_tip_follows_moves_made_elsewhere_by_another_chain_or_by_git(scenario):
+    served = scenario.releases
+    assert served.tip() is None
+    elsewhere = ReleaseChain(RepoHandle(scenario.path))  # as another process would hold it
+    v1 = elsewhere.publish(_tree(scenario, {"rules/a.md": "A"}), expected=None, operation="creation")
+    assert served.tip() == v1
+    v2 = elsewhere.publish(_tree(scenario, {"rules/a.md": "B"}), expected=v1.commit, operation="evolve")
+    assert served.tip() == v2 and served.tip() == v2  # read, then remembered
+    git("--git-dir", str(scenario.path), "update-ref", "refs/heads/release", v1.commit)
+    assert served.tip() == v1
+    git("--git-dir", str(scenario.path), "pack-refs", "--all")  # now only in packed-refs
+    assert served.tip() == v1
