@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 _RESERVED = ("id", "kind", "created_at")
 _DIR = pygit2.enums.FileMode.TREE
 _CAS_ATTEMPTS = 20
+# Larger items are written by the thread even when ``now`` is asked: hashing and compressing
+# them would hold the caller's thread (and the GIL) for more than the hand-over costs, while
+# the thread's zlib and hashlib calls release the GIL for large inputs.
+_INLINE_MAX = 64 * 1024
 
 
 @dataclass
@@ -114,8 +118,9 @@ class GroupCommitWriter:
         The body is validated and serialised here, in the caller's thread, so bad input fails
         at once and never reaches the repository.
 
-        With ``now``, an item that finds the writer idle (nothing queued, nothing being
-        written, the tip's trees in memory) is written in the caller's thread, and the future
+        With ``now``, a small item (64 KiB serialised at most) that finds the writer idle
+        (nothing queued, nothing being written, the tip's trees in memory) is written in the
+        caller's thread, and the future
         is done when this returns: no hand-over to the writer thread and back, which costs as
         much as the commit itself when requests come one at a time.  Otherwise it is queued
         as usual, so nothing ever overtakes an item written before it.
@@ -137,7 +142,13 @@ class GroupCommitWriter:
             except (TypeError, ValueError) as exc:
                 raise InvalidInput(f"{kind} is not JSON-serialisable: {exc}", field="body") from exc
             pending = _Pending(item_id, payload.encode() + b"\n", summary, trailers or {}, future)
-            inline = now and self._queued == 0 and self._hot is not None and self._commit_lock.acquire(False)
+            inline = (
+                now
+                and len(pending.payload) <= _INLINE_MAX
+                and self._queued == 0
+                and self._hot is not None
+                and self._commit_lock.acquire(False)
+            )
             if not inline:
                 self._queued += 1
                 self._queue.put(pending)

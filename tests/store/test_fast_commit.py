@@ -115,3 +115,20 @@ def test_trees_are_stored_as_zlib_streams_any_inflater_reads_at_every_block_boun
     for size in (0, 1, 0xFFFE, 0xFFFF, 0x10000, 2 * 0xFFFF, 2 * 0xFFFF + 1):
         data = os.urandom(size)
         assert zlib.decompress(_store(data)) == data, size
+
+
+def test_a_large_item_goes_to_the_writer_thread_even_when_asked_to_write_now(scenario):
+    scenario.append_sync("record", {"n": 0})
+    seen: list[str] = []
+    original = scenario.writer._commit_batch
+
+    def spy(batch):
+        seen.append(threading.current_thread().name)
+        return original(batch)
+
+    scenario.writer._commit_batch = spy
+    small = scenario.append("record", {"text": "x" * 1000}, now=True).result()
+    large = scenario.append("record", {"text": "x" * 100_000}, now=True).result()
+    assert seen[0] == threading.current_thread().name  # written here
+    assert seen[1].startswith("reef-writer")  # handed over
+    assert subject_ids(scenario.path)[-2:] == [small, large]
