@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+from reef_core.upstream.lean import LeanHTTP
 
 __all__ = ["UpstreamClient", "UpstreamReply", "UpstreamStream"]
 
@@ -49,10 +51,25 @@ class UpstreamStream:
 class UpstreamClient:
     """One pooled aiohttp session for the daemon's lifetime."""
 
-    def __init__(self, base_url: str | None, *, timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str | None, *, timeout_s: float, connect_timeout_s: float = 10.0, lean: bool = True
+    ) -> None:
         self.base_url = _normalise(base_url) if base_url else None
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        # whole answers from a plain-http upstream skip aiohttp (see lean.py)
+        self._lean: LeanHTTP | None = None
+        self._prefix = ""
+        parts = urlsplit(self.base_url) if self.base_url and lean else None
+        if parts is not None and parts.scheme == "http" and parts.hostname and "@" not in parts.netloc:
+            self._lean = LeanHTTP(
+                parts.hostname,
+                parts.port or 80,
+                authority=parts.netloc,
+                connect_timeout_s=connect_timeout_s,
+                read_timeout_s=timeout_s,
+            )
+            self._prefix = parts.path.rstrip("/")
 
     @property
     def configured(self) -> bool:
@@ -74,6 +91,8 @@ class UpstreamClient:
         return self._session
 
     async def close(self) -> None:
+        if self._lean is not None:
+            await self._lean.close()
         if self._session is not None:
             await self._session.close()
 
@@ -91,6 +110,12 @@ class UpstreamClient:
 
         ``scenario`` is for engines that serve per-scenario weights; an HTTP upstream ignores it.
         """
+        if method == "POST" and body is not None and self._lean is not None and LeanHTTP.accepts(headers):
+            target = self._prefix + path + (f"?{query}" if query else "")
+            lean = await self._lean.post(target, headers, body)
+            content_type = lean.headers.get("content-type", "")
+            _raise_for_status(lean.status, lean.body, content_type)
+            return UpstreamReply(lean.status, content_type, lean.body)
         url = self._url(path, query)
         try:
             async with self._ensure().request(method, url, data=body, headers=dict(headers)) as response:

@@ -1,0 +1,173 @@
+"""The lean upstream client against real sockets: a tiny HTTP server per test that misbehaves
+the ways upstreams do (closing idle connections, chunking, cutting answers, hanging)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from reef_core.errors import UpstreamTimeout, UpstreamUnavailable
+from reef_core.upstream.client import UpstreamClient
+from reef_core.upstream.lean import LeanHTTP
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, dict], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    return head, await reader.readexactly(length)
+
+
+def answer(body: bytes, *extra: bytes) -> bytes:
+    lines = [b"HTTP/1.1 200 OK", b"Content-Type: application/json", b"Content-Length: %d" % len(body), *extra]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+async def run_with(handler: Handler, client_calls: Callable[[LeanHTTP, dict], Awaitable[None]], **timeouts):
+    state: dict = {"connections": 0, "requests": []}
+
+    async def on_connect(reader, writer):
+        state["connections"] += 1
+        try:
+            await handler(reader, writer, state)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    lean = LeanHTTP(
+        "127.0.0.1",
+        port,
+        authority=f"127.0.0.1:{port}",
+        connect_timeout_s=timeouts.get("connect", 2.0),
+        read_timeout_s=timeouts.get("read", 2.0),
+    )
+    try:
+        await client_calls(lean, state)
+    finally:
+        await lean.close()
+        server.close()
+        await server.wait_closed()
+    return state
+
+
+def test_one_connection_serves_many_requests_with_the_headers_and_body_as_given():
+    async def keep_alive(reader, writer, state):
+        while True:
+            head, body = await read_request(reader)
+            state["requests"].append((head, body))
+            writer.write(answer(b'{"n": %d}' % len(state["requests"])))
+
+    async def calls(lean, state):
+        for n in range(1, 6):
+            headers = {"x-api-key": "k", "Accept": "a"}
+            reply = await lean.post("/v1/chat/completions?beta=true", headers, b'{"q":1}')
+            assert (reply.status, reply.body) == (200, b'{"n": %d}' % n)
+            assert reply.headers["content-type"] == "application/json"
+
+    state = asyncio.run(run_with(keep_alive, calls))
+    assert state["connections"] == 1
+    head, body = state["requests"][0]
+    assert head.startswith(b"POST /v1/chat/completions?beta=true HTTP/1.1\r\n")
+    assert b"\r\nx-api-key: k\r\n" in head and b"\r\nContent-Length: 7\r\n" in head and body == b'{"q":1}'
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_without_the_caller_noticing():
+    async def one_per_connection(reader, writer, state):
+        state["requests"].append(await read_request(reader))
+        writer.write(answer(b"{}"))  # says keep-alive (HTTP/1.1), closes anyway
+        await writer.drain()
+
+    async def calls(lean, state):
+        for _ in range(3):
+            assert (await lean.post("/x", {}, b"{}")).body == b"{}"
+            await asyncio.sleep(0.05)  # the close arrives before the next request
+
+    state = asyncio.run(run_with(one_per_connection, calls))
+    assert state["connections"] == 3 and len(state["requests"]) == 3  # each sent exactly once
+
+
+def test_chunked_gzip_and_connection_close_answers():
+    async def varied(reader, writer, state):
+        await read_request(reader)
+        n = len(state["requests"])
+        state["requests"].append(n)
+        if n == 0:  # chunked, with a trailer
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")
+            await read_request(reader)
+            state["requests"].append(1)
+            zipped = gzip.compress(b'{"zipped":true}')
+            writer.write(answer(zipped, b"Content-Encoding: gzip", b"Connection: close"))
+            await writer.drain()
+            await reader.read()  # the client closes it, as asked
+        else:
+            writer.write(answer(b"fresh"))
+
+    async def calls(lean, state):
+        assert (await lean.post("/c", {}, b"1")).body == b"hello world"
+        assert (await lean.post("/c", {}, b"2")).body == b'{"zipped":true}'
+        assert (await lean.post("/c", {}, b"3")).body == b"fresh"
+
+    state = asyncio.run(run_with(varied, calls))
+    assert state["connections"] == 2  # reused after the chunked answer, not after "close"
+
+
+def test_an_answer_cut_short_is_an_error_and_the_next_request_starts_clean():
+    async def cut(reader, writer, state):
+        await read_request(reader)
+        state["requests"].append(1)
+        if len(state["requests"]) == 1:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
+            await writer.drain()
+            return  # and close
+        writer.write(answer(b"whole"))
+
+    async def calls(lean, state):
+        with pytest.raises(UpstreamUnavailable, match="mid-answer"):
+            await lean.post("/c", {}, b"1")
+        assert (await lean.post("/c", {}, b"2")).body == b"whole"
+
+    state = asyncio.run(run_with(cut, calls))
+    assert len(state["requests"]) == 2  # a cut answer is not retried: the upstream did the work
+
+
+def test_a_hanging_upstream_times_out_and_a_dead_one_is_unreachable():
+    async def hang(reader, writer, state):
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    async def calls(lean, state):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(UpstreamTimeout):
+            await lean.post("/c", {}, b"1")
+        assert loop.time() - started < 2
+
+    asyncio.run(run_with(hang, calls, read=0.3))
+
+    async def dead() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        lean = LeanHTTP("127.0.0.1", port, authority="x", connect_timeout_s=1, read_timeout_s=1)
+        with pytest.raises(UpstreamUnavailable, match="unreachable"):
+            await lean.post("/c", {}, b"1")
+
+    asyncio.run(dead())
+
+
+def test_the_upstream_client_takes_the_lean_path_only_where_it_can():
+    assert UpstreamClient("http://127.0.0.1:9/v1", timeout_s=1)._lean is not None
+    assert UpstreamClient("https://api.example.com/v1", timeout_s=1)._lean is None
+    assert UpstreamClient("http://user:secret@host:9", timeout_s=1)._lean is None
+    assert not LeanHTTP.accepts({"x-api-key": "k\r\nInjected: 1"})
