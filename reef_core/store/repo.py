@@ -235,8 +235,11 @@ def move_ref(
             raise ConflictError(f"{name} is locked by another writer") from exc
         try:
             _fill(fd, data, fsync)
-        finally:
+        except BaseException:
             os.close(fd)
+            os.unlink(lock)
+            raise
+        os.close(fd)
     else:
         fd, spare, inode = files.take()
         _fill(fd, data, fsync)

@@ -87,7 +87,7 @@ class GroupCommitWriter:
         self._on_batch = on_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._submit_lock = threading.Lock()
-        # held by whoever writes (the thread, or a caller writing inline) and while tidying
+        # held by whoever writes: the thread, or a caller writing inline
         self._commit_lock = threading.Lock()
         self._queued = 0  # items queued and not yet written, guarded by _submit_lock
         self._closed = False
@@ -120,10 +120,10 @@ class GroupCommitWriter:
 
         With ``now``, a small item (64 KiB serialised at most) that finds the writer idle
         (nothing queued, nothing being written, the tip's trees in memory) is written in the
-        caller's thread, and the future
-        is done when this returns: no hand-over to the writer thread and back, which costs as
-        much as the commit itself when requests come one at a time.  Otherwise it is queued
-        as usual, so nothing ever overtakes an item written before it.
+        caller's thread, and the future is done when this returns: no hand-over to the writer
+        thread and back, which costs as much as the commit itself when requests come one at a
+        time.  Otherwise it is queued as usual, so nothing ever overtakes an item written
+        before it.
         """
         if kind not in KINDS:
             raise InvalidInput(f"unknown item kind {kind!r}", field="kind")
@@ -247,7 +247,6 @@ class GroupCommitWriter:
             log.warning("could not prepare %s", self._spares.directory, exc_info=True)
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
-        repo = self._handle.repo
         delay = 0.001
         for _attempt in range(_CAS_ATTEMPTS):
             # the tip this writer left is trusted; if another process moved it since, the
@@ -255,8 +254,8 @@ class GroupCommitWriter:
             tip = self._hot_tip if self._hot is not None else read_ref(self._handle.path, DATA_REF)
             if self._hot is None:
                 # first batch, or the branch moved under us: start again from what is there
-                parent = None if tip is None else commit_at(repo, tip)
-                self._hot = _HotTree(repo, None if parent is None else parent.tree_id)
+                parent = None if tip is None else commit_at(self._handle.repo, tip)
+                self._hot = _HotTree(self._handle, None if parent is None else parent.tree_id)
                 self._hot_tip = tip
                 self._counts = dict.fromkeys(KINDS, 0) if parent is None else parse_counts(parent.message)
             counts = dict(self._counts)
@@ -276,7 +275,7 @@ class GroupCommitWriter:
             assert head is not None  # the batch is never empty
             try:
                 if tip is None:
-                    if not create_ref_exclusive(repo, DATA_REF, pygit2.Oid(hex=head)):
+                    if not create_ref_exclusive(self._handle.repo, DATA_REF, pygit2.Oid(hex=head)):
                         raise pygit2.GitError(f"{DATA_REF} appeared")
                 else:
                     move_ref(self._handle.path, DATA_REF, tip, head, fsync=self._fsync, files=self._ref_files)
@@ -340,12 +339,12 @@ class _HotTree:
     path is kept (:meth:`prune`), and memory stays flat however long the branch grows.
     """
 
-    def __init__(self, repo: pygit2.Repository, tree: pygit2.Oid | None) -> None:
-        self._repo = repo
+    def __init__(self, handle: RepoHandle, tree: pygit2.Oid | None) -> None:
+        self._handle = handle  # each thread that writes reads through its own repository
         self.root = self._load(tree) if tree is not None else _Node({})
 
     def _load(self, oid: pygit2.Oid | bytes) -> _Node:
-        tree = tree_at(self._repo, oid if isinstance(oid, pygit2.Oid) else pygit2.Oid(raw=oid))
+        tree = tree_at(self._handle.repo, oid if isinstance(oid, pygit2.Oid) else pygit2.Oid(raw=oid))
         return _Node({e.name or "": (e.filemode == _DIR, e.id.raw) for e in tree})
 
     def insert(self, parts: list[str], blob: bytes, pack: PackBuilder) -> bytes:
