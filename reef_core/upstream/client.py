@@ -110,12 +110,13 @@ class UpstreamClient:
 
         ``scenario`` is for engines that serve per-scenario weights; an HTTP upstream ignores it.
         """
-        if method == "POST" and body is not None and self._lean is not None and LeanHTTP.accepts(headers):
-            target = self._prefix + path + (f"?{query}" if query else "")
-            lean = await self._lean.post(target, headers, body)
-            content_type = lean.headers.get("content-type", "")
-            _raise_for_status(lean.status, lean.body, content_type)
-            return UpstreamReply(lean.status, content_type, lean.body)
+        target = self._prefix + path + (f"?{query}" if query else "")
+        lean = self._lean
+        if lean is not None and method == "POST" and body is not None and LeanHTTP.accepts(target, headers):
+            answer = await lean.post(target, headers, body)
+            content_type = answer.headers.get("content-type", "")
+            _raise_for_status(answer.status, answer.body, content_type)
+            return UpstreamReply(answer.status, content_type, answer.body)
         url = self._url(path, query)
         try:
             async with self._ensure().request(method, url, data=body, headers=dict(headers)) as response:

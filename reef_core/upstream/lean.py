@@ -50,9 +50,11 @@ class LeanHTTP:
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     @staticmethod
-    def accepts(headers: Mapping[str, str]) -> bool:
-        """Header values this client can send as they are (no line breaks)."""
-        return not any("\r" in v or "\n" in v or "\r" in k or "\n" in k for k, v in headers.items())
+    def accepts(target: str, headers: Mapping[str, str]) -> bool:
+        """A request this client can send as it is: an ASCII target (aiohttp quotes the rest)
+        and no line breaks anywhere."""
+        texts = [target, *headers.keys(), *headers.values()]
+        return target.isascii() and not any("\r" in t or "\n" in t for t in texts)
 
     async def post(self, target: str, headers: Mapping[str, str], body: bytes) -> LeanReply:
         """POST ``body`` to ``target`` (path and query); raises UpstreamUnavailable or

@@ -170,4 +170,6 @@ def test_the_upstream_client_takes_the_lean_path_only_where_it_can():
     assert UpstreamClient("http://127.0.0.1:9/v1", timeout_s=1)._lean is not None
     assert UpstreamClient("https://api.example.com/v1", timeout_s=1)._lean is None
     assert UpstreamClient("http://user:secret@host:9", timeout_s=1)._lean is None
-    assert not LeanHTTP.accepts({"x-api-key": "k\r\nInjected: 1"})
+    assert LeanHTTP.accepts("/v1/messages?beta=true", {"x-api-key": "k"})
+    assert not LeanHTTP.accepts("/v1/messages", {"x-api-key": "k\r\nInjected: 1"})
+    assert not LeanHTTP.accepts("/v1/messages?q=é", {})
