@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 
 from reef_core.ids import parse_item_id
-from reef_core.store import DATA_REF, Store
+from reef_core.store import DATA_REF, Store, StoreOptions
 from reef_core.store.packs import _store
 from reef_core.store.scratch import SCRATCH_DIR
 from tests.conftest import git
@@ -132,3 +132,12 @@ def test_a_large_item_goes_to_the_writer_thread_even_when_asked_to_write_now(sce
     assert seen[0] == threading.current_thread().name  # written here
     assert seen[1].startswith("reef-writer")  # handed over
     assert subject_ids(scenario.path)[-2:] == [small, large]
+
+
+def test_with_fsync_on_both_paths_write_what_git_reads(tmp_path: Path):
+    store = Store(tmp_path / "state", StoreOptions(pack_every=0, fsync=True))
+    with store.open("s", create=True) as scenario:
+        first = scenario.append_sync("record", {"n": 1})
+        second = scenario.append("record", {"n": 2}, now=True).result()
+        assert subject_ids(scenario.path) == [first, second]
+    git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
