@@ -11,14 +11,6 @@ Measurements behind the design are in ``reference/weights.md`` §4.
 
 from __future__ import annotations
 
-import warnings
-
-# torch warns at import when numpy is missing; reef deliberately has no numpy and never
-# converts through it, so the warning is noise for every importer of this package
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    import torch  # noqa: F401
-
 from reef_core.models.tiny.checkpoint import FORMAT, load, load_state, save, state_fingerprint
 from reef_core.models.tiny.corpus import (
     CORPUS_VERSION,
