@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from reef_cli import output as out
 from reef_cli.output import JsonOption
-from reef_cli.sources import UrlOption, connect
+from reef_cli.sources import ScenarioArgument, UrlOption, connect
 from reef_core.client import Progress
 from reef_core.errors import InvalidInput, ReefError
 
@@ -32,7 +32,7 @@ _SAYS = {
 
 
 def evolve(
-    scenario: str = typer.Argument(..., help="The scenario."),
+    scenario: str = ScenarioArgument,
     text: str = typer.Argument(..., help='What to change, e.g. "reproduce bugs with a failing test first".'),
     wait: bool = typer.Option(False, "--wait", help="Follow the ask until it settles."),
     timeout: float = typer.Option(

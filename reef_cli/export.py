@@ -27,7 +27,7 @@ import typer
 
 from reef_cli import output as out
 from reef_cli.output import JsonOption
-from reef_cli.sources import Source, UrlOption, open_source
+from reef_cli.sources import ScenarioArgument, Source, UrlOption, open_source
 from reef_cli.state import StateDirOption
 from reef_core.errors import InvalidInput, StoreError
 from reef_core.ids import ItemId, parse_item_id
@@ -40,7 +40,7 @@ __all__ = [
 
 
 def export(
-    scenario: str = typer.Argument(..., help="The scenario."),
+    scenario: str = ScenarioArgument,
     since: str | None = typer.Option(
         None,
         "--since",

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from reef_cli import output as out
-from reef_cli.sources import UrlOption, open_source
+from reef_cli.sources import ScenarioArgument, UrlOption, open_source
 from reef_cli.state import StateDirOption
 from reef_core.errors import InvalidInput
 from reef_core.ids import KINDS, parse_item_id
@@ -26,7 +26,7 @@ _WIDTH = 100
 
 
 def log(
-    scenario: str = typer.Argument(..., help="The scenario."),
+    scenario: str = ScenarioArgument,
     kind: list[str] = typer.Option([], "--kind", help="Only this kind (record, report, ask); repeatable."),
     after: str | None = typer.Option(None, "--after", help="Only items after this id."),
     limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="At most this many items."),

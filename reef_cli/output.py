@@ -34,6 +34,13 @@ class Output:
     def jsonl(self, value: Any) -> None:
         self.console.file.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")
 
+    def done(self, result: Any, line: str, *, as_json: bool) -> None:
+        """What a command that did one thing prints: its result as JSON, or one line for a person."""
+        if as_json:
+            self.json(result)
+        else:
+            self.console.print(line, highlight=False)
+
     def error(self, message: str) -> None:
         self.errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from reef_cli import output as out
 from reef_cli.output import JsonOption
-from reef_cli.sources import UrlOption, connect, open_source
+from reef_cli.sources import CandidateArgument, ScenarioArgument, UrlOption, connect, open_source
 from reef_cli.state import StateDirOption
 
 __all__ = [
@@ -30,7 +30,7 @@ _ASK_WIDTH = 48
 
 
 def releases(
-    scenario: str = typer.Argument(..., help="The scenario."),
+    scenario: str = ScenarioArgument,
     url: str = UrlOption,
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
@@ -123,7 +123,7 @@ def _metrics(metrics: dict[str, Any] | None) -> str:
 
 
 def rollback(
-    scenario: str = typer.Argument(..., help="The scenario."),
+    scenario: str = ScenarioArgument,
     release: str = typer.Argument(..., help="The release whose content serves again, e.g. v2."),
     expected: str | None = typer.Option(
         None,
@@ -137,49 +137,38 @@ def rollback(
     """Serve an earlier release again, published as a new release (history is never rewritten)."""
     with connect(url) as client:
         result = client.rollback(scenario, release, expected=expected)
-    if as_json:
-        out.output.json(result)
-        return
-    out.output.console.print(
+    line = (
         f"rolled back {scenario}: {result['release']} now serves the content of {result['source']} "
-        f"(commit {result['commit'][:12]})",
-        highlight=False,
+        f"(commit {result['commit'][:12]})"
     )
+    out.output.done(result, line, as_json=as_json)
 
 
 def promote(
-    scenario: str = typer.Argument(..., help="The scenario."),
-    candidate: str = typer.Argument(..., help="The pending candidate, e.g. c5."),
+    scenario: str = ScenarioArgument,
+    candidate: str = CandidateArgument,
     url: str = UrlOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Approve a pending candidate: publish it as a new release, which then serves."""
     with connect(url) as client:
         result = client.promote(scenario, candidate)
-    if as_json:
-        out.output.json(result)
-        return
-    out.output.console.print(
+    line = (
         f"promoted {result.get('source') or candidate} in {scenario}: {result['release']} serves it "
-        f"(commit {result['commit'][:12]})",
-        highlight=False,
+        f"(commit {result['commit'][:12]})"
     )
+    out.output.done(result, line, as_json=as_json)
 
 
 def reject(
-    scenario: str = typer.Argument(..., help="The scenario."),
-    candidate: str = typer.Argument(..., help="The pending candidate, e.g. c5."),
+    scenario: str = ScenarioArgument,
+    candidate: str = CandidateArgument,
     url: str = UrlOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Turn down a pending candidate: it is never published; the current release keeps serving."""
     with connect(url) as client:
         result = client.reject(scenario, candidate)
-    if as_json:
-        out.output.json(result)
-        return
     step = result.get("step")
-    out.output.console.print(
-        f"rejected {candidate if step is None else f'c{step}'} in {scenario}: it will not be published",
-        highlight=False,
-    )
+    line = f"rejected {candidate if step is None else f'c{step}'} in {scenario}: it will not be published"
+    out.output.done(result, line, as_json=as_json)

@@ -36,10 +36,6 @@ def report(
         raise InvalidInput("--score must be a finite number", field="score")
     with connect(url) as client:
         result = client.report(scenario, receipts, score=score, feedback=feedback, agent_record_id=key)
-    if as_json:
-        out.output.json(result)
-        return
     verb = "reported" if result.get("created", True) else "already reported as"
-    out.output.console.print(
-        f"{verb} {result['agent_record_id']} on {', '.join(receipts)} in {scenario}", highlight=False
-    )
+    line = f"{verb} {result['agent_record_id']} on {', '.join(receipts)} in {scenario}"
+    out.output.done(result, line, as_json=as_json)

@@ -61,12 +61,9 @@ def create(
     if result is None:
         store = open_store(state_dir)
         result = {"name": name, "created": store.create(name), "path": str(store.path_of(name))}
-    if as_json:
-        out.output.json(result)
-        return
     verb = "created" if result["created"] else "exists:"
     where = f" at {result['path']}" if result.get("path") else ""
-    out.output.console.print(f"{verb} {name}{where}", highlight=False)
+    out.output.done(result, f"{verb} {name}{where}", as_json=as_json)
 
 
 @app.command()
@@ -108,10 +105,7 @@ def archive(
     result = _through_daemon(url, lambda client: client.archive_scenario(name))
     if result is None:
         result = {"name": name, "archived_to": str(open_store(state_dir).archive(name))}
-    if as_json:
-        out.output.json(result)
-        return
-    out.output.console.print(f"archived {name} to {result['archived_to']}", highlight=False)
+    out.output.done(result, f"archived {name} to {result['archived_to']}", as_json=as_json)
 
 
 def _through_daemon(url: str, call: Any) -> dict[str, Any] | None:

@@ -25,14 +25,18 @@ from reef_core.release.listing import release_listing, scenario_summary
 from reef_core.store import ScenarioReader, Store
 
 __all__ = [
+    "CandidateArgument",
     "DaemonSource",
     "RepositorySource",
+    "ScenarioArgument",
     "Source",
     "UrlOption",
     "connect",
     "open_source",
 ]
 
+ScenarioArgument = typer.Argument(..., help="The scenario.")
+CandidateArgument = typer.Argument(..., help="The pending candidate, e.g. c5.")
 UrlOption = typer.Option(
     DEFAULT_URL,
     "--url",
