@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -60,8 +61,20 @@ async def list_releases(request: web.Request) -> web.Response:
     return web.json_response(listing, dumps=_dumps)
 
 
-def _released(release: Release) -> dict[str, Any]:
-    return {"release": release.name, "commit": release.commit, "source": release.source}
+async def _publish(daemon: Daemon, name: str, publish: Callable[[], Release]) -> web.Response:
+    """Run ``publish`` off the loop, hand the release to the recipe's delivery, answer with it."""
+    release = await asyncio.to_thread(publish)
+    await asyncio.to_thread(daemon.learners.deliver, name, release)
+    return web.json_response({"release": release.name, "commit": release.commit, "source": release.source})
+
+
+async def _candidate_request(request: web.Request) -> tuple[Daemon, str, int, Scenario]:
+    """What promote and reject read: the scenario, open for writing, and the candidate's step."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    _, body = await json_body(request)
+    step = parse_step(body.get("release", body.get("step")))
+    return daemon, name, step, await _open(daemon, name)
 
 
 @routes.post("/reef/scenarios/{name}/rollback")
@@ -83,19 +96,13 @@ async def rollback(request: web.Request) -> web.Response:
             tip = scenario.releases.tip()
             return scenario.releases.rollback(target, expected=expected or (tip.commit if tip else None))
 
-    release = await asyncio.to_thread(publish)
-    await asyncio.to_thread(daemon.learners.deliver, name, release)
-    return web.json_response(_released(release))
+    return await _publish(daemon, name, publish)
 
 
 @routes.post("/reef/scenarios/{name}/promote")
 async def promote(request: web.Request) -> web.Response:
     """Publish a pending candidate (rebuilt on the current release if the chain moved since)."""
-    daemon = daemon_of(request)
-    name = request.match_info["name"]
-    _, body = await json_body(request)
-    step = parse_step(body.get("release", body.get("step")))
-    scenario = await _open(daemon, name)
+    daemon, name, step, scenario = await _candidate_request(request)
 
     def publish() -> Release:
         chain = scenario.releases
@@ -113,19 +120,13 @@ async def promote(request: web.Request) -> web.Response:
                     )
             return chain.promote(step, expected=tip.commit if tip else None, tree=tree)
 
-    release = await asyncio.to_thread(publish)
-    await asyncio.to_thread(daemon.learners.deliver, name, release)
-    return web.json_response(_released(release))
+    return await _publish(daemon, name, publish)
 
 
 @routes.post("/reef/scenarios/{name}/reject")
 async def reject(request: web.Request) -> web.Response:
     """Turn a pending candidate down: it leaves pending, is marked rejected, and is never served."""
-    daemon = daemon_of(request)
-    name = request.match_info["name"]
-    _, body = await json_body(request)
-    step = parse_step(body.get("release", body.get("step")))
-    scenario = await _open(daemon, name)
+    _, _, step, scenario = await _candidate_request(request)
 
     def turn_down() -> None:
         chain = scenario.releases
