@@ -320,15 +320,13 @@ class ReefClient:
         agent_record_id: str | None = None,
     ) -> dict[str, Any]:
         """Feedback on receipts: ``{"agent_record_id", "scenario", "created"}``."""
-        body: dict[str, Any] = {"references": list(references)}
-        for key, value in (
-            ("score", score),
-            ("feedback", feedback),
-            ("metadata", metadata),
-            ("agent_record_id", agent_record_id),
-        ):
-            if value is not None:
-                body[key] = value
+        body = _given(
+            references=list(references),
+            score=score,
+            feedback=feedback,
+            metadata=metadata,
+            agent_record_id=agent_record_id,
+        )
         return self._call("POST", "/reef/report", json=body, scenario=scenario)
 
     def train(
@@ -343,15 +341,13 @@ class ReefClient:
     ) -> dict[str, Any]:
         """An ask in plain language: ``{"agent_record_id": "ask_…", "scenario", "page_path"}``;
         ``harness`` names the adapter it came from (pi, claude_code)."""
-        body: dict[str, Any] = {"text": text}
-        for key, value in (
-            ("session", session),
-            ("release_id", release_id),
-            ("agent_record_id", agent_record_id),
-            ("harness", harness),
-        ):
-            if value is not None:
-                body[key] = value
+        body = _given(
+            text=text,
+            session=session,
+            release_id=release_id,
+            agent_record_id=agent_record_id,
+            harness=harness,
+        )
         return self._call("POST", "/reef/train", json=body, scenario=scenario)
 
     def progress(self, scenario: str, ask_id: str) -> Progress:
@@ -447,3 +443,8 @@ class ReefClient:
 def _reason(exc: httpx.HTTPError) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """A request body of the fields that were given (None means: leave it out)."""
+    return {key: value for key, value in fields.items() if value is not None}
