@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from reef_core.daemon.parsing import known_fields
 from reef_core.errors import InvalidInput
 from reef_core.release.screens import screen_text
 
@@ -50,13 +51,7 @@ def _optional_str(body: dict[str, Any], name: str, limit: int) -> str | None:
 
 
 def parse_ask(body: Any) -> AskInput:
-    if not isinstance(body, dict):
-        raise InvalidInput("an ask must be a JSON object", field="body")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise InvalidInput(
-            f"unknown ask field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})", field=unknown[0]
-        )
+    body = known_fields(body, _FIELDS, "an ask")
     text = body.get("text")
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(

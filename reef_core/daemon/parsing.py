@@ -10,7 +10,7 @@ from aiohttp import web
 from reef_core.errors import InvalidInput
 from reef_core.ids import validate_scenario_name
 
-__all__ = ["json_body", "scenario_header", "scenario_of_read"]
+__all__ = ["json_body", "known_fields", "scenario_header", "scenario_of_read"]
 
 
 def scenario_header(request: web.Request) -> str:
@@ -40,3 +40,17 @@ async def json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     return raw, body
+
+
+def known_fields(body: Any, known: frozenset[str] | set[str], what: str) -> dict[str, Any]:
+    """``body`` as a JSON object with only ``known`` fields; else an error naming the first
+    unknown one (``what``: "an ask", "a report")."""
+    if not isinstance(body, dict):
+        raise InvalidInput(f"{what} must be a JSON object", field="body")
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise InvalidInput(
+            f"unknown {what.split()[-1]} field {unknown[0]!r} (known: {', '.join(sorted(known))})",
+            field=unknown[0],
+        )
+    return body

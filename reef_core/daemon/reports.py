@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from reef_core.daemon.parsing import known_fields
 from reef_core.errors import ConflictError, InvalidInput
 from reef_core.ids import parse_item_id
 from reef_core.store import Scenario
@@ -46,13 +47,7 @@ class ReportInput:
 
 
 def parse_report(body: Any) -> ReportInput:
-    if not isinstance(body, dict):
-        raise InvalidInput("a report must be a JSON object", field="body")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise InvalidInput(
-            f"unknown report field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})", field=unknown[0]
-        )
+    body = known_fields(body, _FIELDS, "a report")
     score = body.get("score")
     if score is not None:
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
