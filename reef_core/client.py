@@ -84,12 +84,9 @@ _BY_CODE: dict[str, type[ReefError]] = {
         UpstreamUnavailable,
     )
 }
+# an error body without a known code: the class that answers with its status
 _BY_STATUS: dict[int, type[ReefError]] = {
-    400: InvalidInput,
-    401: Unauthorized,
-    404: NotFound,
-    409: ConflictError,
-    413: PayloadTooLarge,
+    cls.http_status: cls for cls in (InvalidInput, Unauthorized, NotFound, ConflictError, PayloadTooLarge)
 }
 
 

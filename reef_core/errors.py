@@ -14,7 +14,8 @@
         ├── UpstreamUnavailable  connection refused or reset, 5xx, no upstream configured
         └── UpstreamTimeout   it did not answer in time
 
-The daemon maps these to HTTP statuses in one table and the CLI to exit codes in one place;
+Each class names its HTTP status (``http_status``), which the daemon answers with and the
+client reads back; the CLI maps them to exit codes in one place;
 everything else stays in domain terms.  Third-party errors (pygit2, OSError) are translated
 where they occur, with ``raise … from exc`` so the cause is never lost.
 """
@@ -43,6 +44,8 @@ class ReefError(Exception):
 
     #: a short machine-readable code, used in HTTP error bodies and ``--json`` output
     code = "reef_error"
+    #: what the daemon answers with when this reaches a route
+    http_status = 500
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
@@ -52,30 +55,37 @@ class ReefError(Exception):
 
 class ConfigError(ReefError):
     code = "config_error"
+    http_status = 400
 
 
 class InvalidInput(ReefError):
     code = "invalid_input"
+    http_status = 400
 
 
 class NotFound(ReefError):
     code = "not_found"
+    http_status = 404
 
 
 class ConflictError(ReefError):
     code = "conflict"
+    http_status = 409
 
 
 class ScenarioLocked(ConflictError):
     code = "scenario_locked"
+    http_status = 503
 
 
 class Unauthorized(ReefError):
     code = "unauthorized"
+    http_status = 401
 
 
 class PayloadTooLarge(ReefError):
     code = "payload_too_large"
+    http_status = 413
 
 
 class StoreError(ReefError):
@@ -100,7 +110,9 @@ class UpstreamRejected(UpstreamError):
 
 class UpstreamUnavailable(UpstreamError):
     code = "upstream_unavailable"
+    http_status = 502
 
 
 class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
+    http_status = 504

@@ -15,18 +15,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from reef_core.errors import (
-    ConfigError,
-    ConflictError,
-    InvalidInput,
-    NotFound,
     PayloadTooLarge,
     ReefError,
-    ScenarioLocked,
-    StoreError,
-    Unauthorized,
     UpstreamRejected,
-    UpstreamTimeout,
-    UpstreamUnavailable,
 )
 from reef_core.wire import anthropic as anthropic_wire
 from reef_core.wire import openai as openai_wire
@@ -34,20 +25,6 @@ from reef_core.wire import openai as openai_wire
 __all__ = ["error_middleware", "error_response", "status_of"]
 
 log = logging.getLogger(__name__)
-
-# most specific first
-_STATUS: list[tuple[type[ReefError], int]] = [
-    (ScenarioLocked, 503),
-    (ConflictError, 409),
-    (InvalidInput, 400),
-    (ConfigError, 400),
-    (NotFound, 404),
-    (Unauthorized, 401),
-    (PayloadTooLarge, 413),
-    (UpstreamTimeout, 504),
-    (UpstreamUnavailable, 502),
-    (StoreError, 500),
-]
 
 # the error "type" each envelope uses for a status
 _OPENAI_TYPES = {
@@ -74,12 +51,7 @@ _ANTHROPIC_TYPES = {
 
 
 def status_of(error: ReefError) -> int:
-    if isinstance(error, UpstreamRejected):
-        return error.status
-    for kind, status in _STATUS:
-        if isinstance(error, kind):
-            return status
-    return 500
+    return error.status if isinstance(error, UpstreamRejected) else error.http_status
 
 
 def _is_anthropic(request: web.Request) -> bool:
