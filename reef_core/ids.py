@@ -14,7 +14,8 @@ counts up from the last id, so ids are strictly increasing in the order they wer
 
 from __future__ import annotations
 
-import os
+import functools
+import random
 import re
 import threading
 import time
@@ -61,8 +62,9 @@ class ItemId:
 
     @property
     def created_at(self) -> str:
-        moment = datetime.fromtimestamp(self.millis / 1000, tz=UTC)
-        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        """The id's time as ISO 8601 UTC with milliseconds, e.g. ``2026-11-29T14:44:05.123Z``."""
+        seconds, millis = divmod(self.millis, 1000)
+        return f"{_utc_second(seconds)}.{millis:03d}Z"
 
     @property
     def path(self) -> str:
@@ -74,6 +76,13 @@ class ItemId:
         """
         h = self.hex
         return f"{KINDS[self.kind][1]}/{h[0:4]}/{h[4:6]}/{h[6:8]}/{h[8:10]}/{h[10:12]}/{self}.json"
+
+
+@functools.lru_cache(maxsize=64)
+def _utc_second(seconds: int) -> str:
+    # ids come in bursts within the same second: formatting a datetime costs more than the
+    # rest of making a record's header
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def parse_item_id(value: object, *, field: str = "id") -> ItemId:
@@ -119,7 +128,9 @@ class IdGenerator:
             now = int(self._clock() * 1000)
             if now > self._last_ms:
                 # fresh millisecond: random low bits, with headroom so the counter never wraps
-                low = int.from_bytes(os.urandom(8), "big") >> 1
+                # (uniqueness comes from the monotonic counter, not from the randomness, so a
+                # non-cryptographic generator does: no system call per id)
+                low = random.getrandbits(_LOW_BITS - 1)  # reseeded after fork
             else:
                 now = self._last_ms
                 low = self._last_low + 1

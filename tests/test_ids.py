@@ -32,6 +32,20 @@ def test_id_path_is_time_sharded_and_round_trips():
     assert item.created_at == "2023-11-14T22:13:20.123Z"
 
 
+@pytest.mark.parametrize(
+    ("clock", "shown"),
+    [
+        (0.0, "1970-01-01T00:00:00.000Z"),
+        (1_700_000_000.999, "2023-11-14T22:13:20.999Z"),
+        (1_700_000_001.0, "2023-11-14T22:13:21.000Z"),
+        (1_709_164_799.5, "2024-02-28T23:59:59.500Z"),
+        (1_709_164_800.001, "2024-02-29T00:00:00.001Z"),
+    ],
+)
+def test_created_at_is_the_ids_millisecond_in_utc(clock, shown):
+    assert IdGenerator(clock=lambda: clock).new("record").created_at == shown
+
+
 @pytest.mark.parametrize("bad", ["", "rec_", "rec_XYZ", "rec_" + "0" * 27, "run_" + "0" * 28, 42, None])
 def test_bad_ids_are_rejected_naming_the_field(bad):
     with pytest.raises(InvalidInput) as info:

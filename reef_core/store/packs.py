@@ -17,23 +17,36 @@ Format references: gitformat-pack(5) — pack version 2, index version 2.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import struct
 import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from reef_core.store.scratch import Spares, fsync_dir
 
-__all__ = ["BLOB", "COMMIT", "TREE", "PackBuilder", "hash_object", "remove_incomplete_packs", "tree_bytes"]
+__all__ = [
+    "BLOB",
+    "COMMIT",
+    "STORE_MAX",
+    "TREE",
+    "PackBuilder",
+    "TreeEncoder",
+    "hash_object",
+    "remove_incomplete_packs",
+    "tree_bytes",
+]
 
 _TMP_PREFIX = "tmp_reef_"
 
 COMMIT, TREE, BLOB = 1, 2, 3
 _TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
 _STORED_BLOCK = 0xFFFF  # the most a stored deflate block holds
+#: objects up to this size go in uncompressed (see :func:`_store`); larger blobs are deflated
+STORE_MAX = 16 * 1024
+_STORED_HEAD = b"\x78\x01"  # zlib: deflate, 32 KB window, no dictionary, fastest
 _DIR_MODE = b"40000"
 _FILE_MODE = b"100644"
 
@@ -66,53 +79,47 @@ class PackBuilder:
         oid = hash_object(kind, data)
         if oid in self._index:
             return oid
-        size = len(data)
-        header = bytearray()
-        byte = (kind << 4) | (size & 0x0F)
-        size >>= 4
-        while size:
-            header.append(byte | 0x80)
-            byte = size & 0x7F
-            size >>= 7
-        header.append(byte)
-        packed = bytes(header) + (_store(data) if kind == TREE else _deflate(data, self.level))
-        self._index[oid] = (self._offset, zlib.crc32(packed))
-        self._chunks.append(packed)
-        self._offset += len(packed)
+        if kind == TREE or len(data) <= STORE_MAX:
+            packed = _object_header(kind, len(data)) + _store(data)
+        else:
+            packed = _object_header(kind, len(data)) + _deflate(data, self.level)
+        return self.add_packed(oid, packed, zlib.crc32(packed))
+
+    def add_packed(self, oid: bytes, packed: bytes, crc: int) -> bytes:
+        """Add an object already encoded for the pack (see :class:`TreeEncoder`)."""
+        if oid not in self._index:
+            self._index[oid] = (self._offset, crc)
+            self._chunks.append(packed)
+            self._offset += len(packed)
         return oid
 
     def __len__(self) -> int:
         return len(self._index)
 
-    def write(self, objects_dir: Path, *, fsync: bool = False, spares: Spares | None = None) -> Path:
+    def write(self, objects_dir: str | Path, *, fsync: bool = False, spares: Spares | None = None) -> Path:
         """Write ``pack-<sha>.pack`` and its ``.idx`` under ``objects/pack``; returns the .pack.
 
         With ``spares`` the two files are made ahead of time, so this writes and
         renames but creates nothing.
         """
-        pack_dir = objects_dir / "pack"
+        pack_dir = os.path.join(objects_dir, "pack")
         if spares is None:
-            pack_dir.mkdir(parents=True, exist_ok=True)  # a writer's spares come after its repository
+            os.makedirs(pack_dir, exist_ok=True)  # a writer's spares come after its repository
         header = b"PACK" + struct.pack(">II", 2, len(self._index))
         digest = hashlib.sha1(header)
         for chunk in self._chunks:
             digest.update(chunk)
         checksum = digest.digest()
         name = checksum.hex()
-        pack_path = pack_dir / f"pack-{name}.pack"
-        idx_path = pack_dir / f"pack-{name}.idx"
-        _write_file(pack_dir, idx_path, self._index_bytes(checksum), fsync, spares)
-        _write_file(pack_dir, pack_path, b"".join([header, *self._chunks, checksum]), fsync, spares)
+        stem = os.path.join(pack_dir, f"pack-{name}")
+        _write_file(pack_dir, stem + ".idx", self._index_bytes(checksum), fsync, spares)
+        _write_file(pack_dir, stem + ".pack", b"".join([header, *self._chunks, checksum]), fsync, spares)
         if fsync:
             fsync_dir(pack_dir)
-        return pack_path
+        return Path(stem + ".pack")
 
     def _index_bytes(self, pack_checksum: bytes) -> bytes:
         oids = sorted(self._index)
-        counts = [0] * 256
-        for oid in oids:
-            counts[oid[0]] += 1
-        fanout = itertools.accumulate(counts)
         small: list[int] = []
         large: list[int] = []
         for oid in oids:
@@ -126,7 +133,7 @@ class PackBuilder:
             [
                 b"\xfftOc",
                 struct.pack(">I", 2),
-                struct.pack(">256I", *fanout),
+                _fanout(oids),
                 *oids,
                 struct.pack(f">{len(oids)}I", *(self._index[oid][1] for oid in oids)),
                 struct.pack(f">{len(small)}I", *small),
@@ -135,6 +142,51 @@ class PackBuilder:
             ]
         )
         return body + hashlib.sha1(body).digest()
+
+
+class TreeEncoder:
+    """Adds one tree to packs again and again while its last entry is what changes.
+
+    A branch whose file names grow with time changes its trees at the end: a new item's name
+    sorts last, and above it each tree's last entry (the newest subtree) gets a new id of the
+    same length.  For that second kind of change the git hash, the zlib checksum and the pack
+    entry's CRC of everything before the last entry are kept, so rewriting a 7 KB tree hashes
+    the last entry's 30 bytes.  The owner calls :meth:`forget` after any other change.
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self) -> None:
+        # (sha1 of the prefix, its CRC, its adler32, the packed prefix, entry count, last size)
+        self._state: tuple[Any, int, int, bytes, int, int] | None = None
+
+    def forget(self) -> None:
+        self._state = None
+
+    def add(self, pack: PackBuilder, parts: list[bytes]) -> bytes:
+        """Add the tree whose serialised entries, in git's order, are ``parts``; its id."""
+        state = self._state
+        if state is None or state[4] != len(parts) or state[5] != len(parts[-1]):
+            data = b"".join(parts)
+            if not parts or len(data) > _STORED_BLOCK:  # more than one stored block: no shortcut
+                self._state = None
+                return pack.add(TREE, data)
+            size = len(data)
+            prefix = data[: size - len(parts[-1])]
+            sha = hashlib.sha1(b"tree %d\0" % size)
+            sha.update(prefix)
+            # what _store writes for one block: zlib header, final block of `size` bytes
+            head = _object_header(TREE, size) + _STORED_HEAD + struct.pack("<BHH", 1, size, size ^ 0xFFFF)
+            packed_prefix = head + prefix
+            crc, adler = zlib.crc32(packed_prefix), zlib.adler32(prefix)
+            state = self._state = (sha, crc, adler, packed_prefix, len(parts), len(parts[-1]))
+        sha, crc, adler, packed_prefix, _, _ = state
+        last = parts[-1]
+        digest = sha.copy()
+        digest.update(last)
+        trailer = struct.pack(">I", zlib.adler32(last, adler))
+        packed = packed_prefix + last + trailer
+        return pack.add_packed(digest.digest(), packed, zlib.crc32(trailer, zlib.crc32(last, crc)))
 
 
 def _deflate(data: bytes, level: int) -> bytes:
@@ -150,14 +202,46 @@ def _deflate(data: bytes, level: int) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
+def _fanout(oids: list[bytes]) -> bytes:
+    """The index's fan-out table: for each first byte b, how many (sorted) ids start with <= b.
+
+    Built as runs of one value, since a small pack's 256 entries take only a few values.
+    """
+    runs = []
+    filled = 0  # entries [0, filled) are written
+    for i, oid in enumerate(oids):
+        first = oid[0]
+        if first > filled:  # entries up to this id's first byte count the i ids before it
+            runs.append(struct.pack(">I", i) * (first - filled))
+            filled = first
+    runs.append(struct.pack(">I", len(oids)) * (256 - filled))
+    return b"".join(runs)
+
+
+def _object_header(kind: int, size: int) -> bytes:
+    """A pack entry's header: the type and the size, 4 bits then 7 bits a byte."""
+    header = bytearray()
+    byte = (kind << 4) | (size & 0x0F)
+    size >>= 4
+    while size:
+        header.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    header.append(byte)
+    return bytes(header)
+
+
 def _store(data: bytes) -> bytes:
     """A zlib stream of stored (uncompressed) blocks, built directly (RFC 1950/1951).
 
     Trees are mostly SHA-1s, which do not compress (a 7 KB tree shrinks by about 12 %), yet
-    deflating one costs 100-500 us; storing costs a copy.  The background repack deltifies
-    trees against their previous versions, which is where their real saving is.
+    deflating one costs 100-500 us; storing costs a copy.  A small record or commit would
+    shrink, but setting up a compressor costs more than the rest of writing it.  The
+    background repack (``git repack -F``) recompresses every object and deltifies trees
+    against their previous versions, which is where the real saving is; until then a pack
+    holds at most a few thousand items, so the space stored objects take is bounded.
     """
-    parts = [b"\x78\x01"]  # deflate, 32 KB window, no dictionary, fastest
+    parts = [_STORED_HEAD]
     size = len(data)
     for start in range(0, max(size, 1), _STORED_BLOCK):  # empty data: one empty final block
         block = data[start : start + _STORED_BLOCK]
@@ -168,7 +252,7 @@ def _store(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _write_file(directory: Path, target: Path, data: bytes, fsync: bool, spares: Spares | None) -> None:
+def _write_file(directory: str, target: str, data: bytes, fsync: bool, spares: Spares | None) -> None:
     """``data`` as the new file ``target``, complete the moment it appears."""
     if spares is None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX)

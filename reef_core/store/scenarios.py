@@ -30,7 +30,7 @@ from reef_core.store.packs import remove_incomplete_packs
 from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
 from reef_core.store.scratch import clear_scratch
-from reef_core.store.writer import GroupCommitWriter
+from reef_core.store.writer import SPARE_FILES, GroupCommitWriter
 
 __all__ = [
     "Scenario",
@@ -45,6 +45,7 @@ class StoreOptions:
     max_batch: int = 256
     pack_every: int = 2000  # items (or 1/20 as many batches) between repacks; 0: never
     fsync: bool = False
+    spare_files: int = SPARE_FILES  # files made ahead for commits, two per commit (scratch.py)
 
 
 class ScenarioReader:
@@ -75,6 +76,7 @@ class Scenario(ScenarioReader):
                 self.handle,
                 max_batch=options.max_batch,
                 fsync=options.fsync,
+                spare_files=options.spare_files,
                 on_batch=self.packer.note_written,
             )
         except BaseException:

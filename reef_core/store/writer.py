@@ -36,7 +36,7 @@ import pygit2
 from reef_core.errors import ConflictError, InvalidInput, StoreError
 from reef_core.ids import KINDS, IdGenerator, ItemId
 from reef_core.store.data import DATA_REF, DataReader, format_message, parse_counts
-from reef_core.store.packs import BLOB, COMMIT, TREE, PackBuilder
+from reef_core.store.packs import BLOB, COMMIT, PackBuilder, TreeEncoder
 from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, move_ref, read_ref, tree_at
 from reef_core.store.scratch import RefFiles, Spares
 
@@ -53,6 +53,13 @@ _CAS_ATTEMPTS = 20
 # them would hold the caller's thread (and the GIL) for more than the hand-over costs, while
 # the thread's zlib and hashlib calls release the GIL for large inputs.
 _INLINE_MAX = 64 * 1024
+# Spare files (see scratch.py): two per commit.  The stock covers a burst of half as many
+# commits; it is topped up a few files at a time once nothing was written for a while, and
+# under load only when it is down to the floor.
+SPARE_FILES = 512
+_SPARE_FLOOR = 32
+_SPARE_CHUNK = 8
+_IDLE_S = 0.02
 
 
 @dataclass
@@ -77,6 +84,7 @@ class GroupCommitWriter:
         *,
         max_batch: int = 256,
         fsync: bool = False,
+        spare_files: int = SPARE_FILES,
         on_batch: Callable[[int], None] | None = None,
     ) -> None:
         self._handle = handle
@@ -97,7 +105,8 @@ class GroupCommitWriter:
         self._ids = IdGenerator(after=reader.last_id())
         # files made ahead for the commits to come (see scratch.py)
         self._objects = handle.path / "objects"
-        self._spares = Spares(handle.path, "pack", count=16)
+        self._spares = Spares(handle.path, "pack", count=spare_files, floor=_SPARE_FLOOR)
+        self._last_write = time.monotonic()
         self._ref_files = RefFiles(handle.path, DATA_REF)
         self._thread = threading.Thread(target=self._run, name=f"reef-writer:{handle.path.stem}", daemon=True)
         self._thread.start()
@@ -155,8 +164,7 @@ class GroupCommitWriter:
                 return future
         try:
             self._write([pending])
-            # spare files are made by the thread, several at a time, once half are used
-            restock = self._spares.low
+            restock = self._spares.short  # else the thread tops the stock up once idle
         finally:
             self._commit_lock.release()
         if restock:
@@ -190,10 +198,10 @@ class GroupCommitWriter:
                     log.warning("could not clear %s", self._spares.directory, exc_info=True)
 
     def _loop(self) -> None:
+        self._restock(_SPARE_FLOOR)  # the first commits' files
         stopping = False
         while not stopping:
-            self._restock()
-            first = self._queue.get()
+            first = self._next()
             if first is _STOP:
                 return
             if first is _RESTOCK:
@@ -214,12 +222,14 @@ class GroupCommitWriter:
 
     def _write(self, batch: list[_Pending], *, queued: bool = False) -> None:
         """Commit ``batch`` and tell its callers; the caller holds the commit lock."""
+        self._last_write = time.monotonic()  # busy, not idle, however long the commit takes
         try:
             self._commit_batch(batch)
         except Exception as exc:  # the writer must survive; each caller hears of its failure
             failure: Exception | None = exc
         else:
             failure = None
+        self._last_write = time.monotonic()
         if queued:
             with self._submit_lock:  # before the callers hear: one may write its next item now
                 self._queued -= len(batch)
@@ -238,11 +248,29 @@ class GroupCommitWriter:
             except Exception:
                 log.exception("on_batch hook failed")
 
-    def _restock(self) -> None:
+    def _next(self) -> Any:
+        """The next thing queued; until it comes, spare files are made while nothing is being
+        written (a few at a time, looking again between them), or at once if they run short."""
+        while True:
+            if self._spares.short:
+                self._restock(_SPARE_CHUNK)
+            wait = None
+            if self._spares.low:
+                idle = time.monotonic() - self._last_write
+                if idle >= _IDLE_S and self._queue.empty():
+                    self._restock(_SPARE_CHUNK)
+                    continue
+                wait = max(_IDLE_S - idle, 0.001)
+            try:
+                return self._queue.get(timeout=wait)
+            except queue.Empty:
+                continue
+
+    def _restock(self, most: int) -> None:
         """Make spare files for the commits to come; runs without the commit lock, so an
         inline write never waits for it."""
         try:
-            self._spares.restock()
+            self._spares.restock(most)
         except OSError:  # a full disk, say: the next commit makes what it needs itself
             log.warning("could not prepare %s", self._spares.directory, exc_info=True)
 
@@ -303,15 +331,17 @@ class _Node:
     """One tree of the branch tip, held in memory as its serialised entries in git's order.
 
     Keeping the entries serialised makes rewriting the tree one ``bytes.join``; new names
-    almost always sort last (ids grow with time), so inserting is an append.
+    almost always sort last (ids grow with time), so inserting is an append, and a rewrite
+    that changes only the last entry's id hashes only that entry (:class:`TreeEncoder`).
     """
 
-    __slots__ = ("children", "entries", "keys", "parts")
+    __slots__ = ("children", "encoder", "entries", "keys", "parts")
 
     def __init__(self, entries: dict[str, tuple[bool, bytes]]) -> None:
         self.keys: list[bytes] = []  # git's sort keys: the name, plus "/" for a directory
         self.parts: list[bytes] = []  # the serialised entry for each key
         self.entries: dict[str, bytes] = {}  # name -> raw oid
+        self.encoder = TreeEncoder()
         for name, (is_dir, oid) in entries.items():
             self.set(name, is_dir, oid)
         self.children: dict[str, _Node] = {}
@@ -322,14 +352,18 @@ class _Node:
         part = (b"40000 " if is_dir else b"100644 ") + raw + b"\0" + oid
         i = bisect.bisect_left(self.keys, key)
         if i < len(self.keys) and self.keys[i] == key:
+            if i != len(self.parts) - 1 or len(part) != len(self.parts[i]):
+                self.encoder.forget()
             self.parts[i] = part
         else:
+            self.encoder.forget()
             self.keys.insert(i, key)
             self.parts.insert(i, part)
         self.entries[name] = oid
 
-    def serialise(self) -> bytes:
-        return b"".join(self.parts)
+    def add_to(self, pack: PackBuilder) -> bytes:
+        """Add this tree to ``pack``; returns its id."""
+        return self.encoder.add(pack, self.parts)
 
 
 class _HotTree:
@@ -362,7 +396,7 @@ class _HotTree:
                 child = self._load(existing) if existing else _Node({})
                 node.children[name] = child
             node.set(name, True, self._insert(child, parts[1:], blob, pack))
-        return pack.add(TREE, node.serialise())
+        return node.add_to(pack)
 
     def prune(self) -> None:
         for kind_node in self.root.children.values():

@@ -4,14 +4,18 @@ a ref update that creates and frees nothing — all of it checked with the git C
 from __future__ import annotations
 
 import os
+import random
 import threading
+import time
 import zlib
 from pathlib import Path
 
 from reef_core.ids import parse_item_id
 from reef_core.store import DATA_REF, Store, StoreOptions
-from reef_core.store.packs import _store
+from reef_core.store import writer as writer_module
+from reef_core.store.packs import STORE_MAX, TREE, PackBuilder, TreeEncoder, _store
 from reef_core.store.scratch import SCRATCH_DIR
+from reef_core.store.writer import _Node
 from tests.conftest import git
 
 
@@ -111,10 +115,94 @@ def test_scratch_files_are_the_writers_own_and_gone_after_close(store: Store, tm
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
 
 
+def _spares(scratch: Path) -> list[Path]:
+    return sorted(scratch.glob("pack-*"))
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_spare_files_are_made_while_the_writer_is_idle_and_hold_no_descriptors(tmp_path: Path, monkeypatch):
+    store = Store(tmp_path / "state", StoreOptions(pack_every=0, spare_files=80))
+    with store.open("s", create=True) as scenario:
+        scratch = scenario.path / SCRATCH_DIR
+        scenario.append_sync("record", {"n": 0})
+        assert _wait_for(lambda: len(_spares(scratch)) == 80)  # topped up once nothing is written
+        held = {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
+        assert not held & {str(p) for p in _spares(scratch)}  # a large stock costs no descriptors
+        # writing without a pause uses the stock (two files a commit) and makes none meanwhile
+        # until it is down to the floor ("a pause" made long, so a slow machine has none here)
+        monkeypatch.setattr(writer_module, "_IDLE_S", 1.0)
+        for n in range(1, 11):
+            scenario.append("record", {"n": n}, now=True).result()
+        assert len(_spares(scratch)) == 60
+        for n in range(11, 60):  # through the floor and past the stock: commits never wait for it
+            scenario.append("record", {"n": n}, now=n % 2 == 0).result()
+        monkeypatch.setattr(writer_module, "_IDLE_S", 0.02)
+        assert _wait_for(lambda: len(_spares(scratch)) == 80)
+    assert subject_ids(store.path_of("s")) == sorted(subject_ids(store.path_of("s")))
+    assert len(subject_ids(store.path_of("s"))) == 60
+    git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
+    assert not _spares(scratch)
+
+
 def test_trees_are_stored_as_zlib_streams_any_inflater_reads_at_every_block_boundary():
     for size in (0, 1, 0xFFFE, 0xFFFF, 0x10000, 2 * 0xFFFF, 2 * 0xFFFF + 1):
         data = os.urandom(size)
         assert zlib.decompress(_store(data)) == data, size
+
+
+def test_a_tree_rewritten_at_its_end_encodes_exactly_as_a_fresh_one():
+    # what the writer does to a tree (append a name, rewrite the newest entry's id, now and
+    # then change an earlier one), each step encoded by a kept TreeEncoder and from scratch
+    rng = random.Random(7)
+    parts = [b"40000 %02x\0" % n + os.urandom(20) for n in range(40)]
+    encoder = TreeEncoder()
+    for step in range(400):
+        roll = rng.random()
+        if roll < 0.6:  # the newest subtree got a new id: same length, last entry
+            parts[-1] = parts[-1][:-20] + os.urandom(20)
+        elif roll < 0.9:  # a new name sorts last
+            parts.append(b"40000 %04x\0" % (1000 + step) + os.urandom(20))
+            encoder.forget()
+        else:  # anything else: an earlier entry changes
+            parts[rng.randrange(len(parts))] = b"100644 x%d\0" % step + os.urandom(20)
+            encoder.forget()
+        kept, fresh = PackBuilder(), PackBuilder()
+        oid = encoder.add(kept, parts)
+        assert oid == fresh.add(TREE, b"".join(parts))
+        assert kept._chunks == fresh._chunks and kept._index == fresh._index
+
+
+def test_the_writers_in_memory_tree_encodes_as_git_would_whatever_changes():
+    rng = random.Random(11)
+    node = _Node({})
+    names = [f"{n:02x}" for n in range(0, 256, 3)]
+    for step in range(600):
+        name = rng.choice(names[: 3 + step // 10])  # mostly the newest names, sometimes older
+        is_dir = rng.random() < 0.8
+        node.set(name if rng.random() < 0.95 else name + "x", is_dir, os.urandom(20))
+        kept, fresh = PackBuilder(), PackBuilder()
+        assert node.add_to(kept) == fresh.add(TREE, b"".join(node.parts))
+        assert kept._chunks == fresh._chunks
+
+
+def test_small_objects_are_stored_and_larger_blobs_deflated_and_git_reads_both(scenario):
+    small = {"text": "x" * 100}
+    large = {"text": "".join(random.Random(1).choice("abcdef ") for _ in range(STORE_MAX * 2))}
+    ids = [scenario.append_sync("record", small), scenario.append_sync("record", large)]
+    for item_id in ids:
+        path = parse_item_id(item_id).path
+        assert str(item_id) in git("--git-dir", str(scenario.path), "show", f"{DATA_REF}:{path}").stdout
+    packs = sorted((scenario.path / "objects" / "pack").glob("*.pack"), key=os.path.getmtime)
+    assert os.path.getsize(packs[-1]) < STORE_MAX  # the 32 KB record went in compressed
+    git("--git-dir", str(scenario.path), "fsck", "--strict", "--no-dangling")
 
 
 def test_a_large_item_goes_to_the_writer_thread_even_when_asked_to_write_now(scenario):

@@ -173,3 +173,112 @@ def test_the_upstream_client_takes_the_lean_path_only_where_it_can():
     assert LeanHTTP.accepts("/v1/messages?beta=true", {"x-api-key": "k"})
     assert not LeanHTTP.accepts("/v1/messages", {"x-api-key": "k\r\nInjected: 1"})
     assert not LeanHTTP.accepts("/v1/messages?q=é", {})
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def test_a_stream_arrives_as_it_is_sent_and_its_connection_serves_the_next_request():
+    async def events(reader, writer, state):
+        while True:
+            await read_request(reader)
+            state["requests"].append(1)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(chunk(b"data: 1\n\n"))
+            await writer.drain()
+            await asyncio.sleep(0.15)
+            writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+
+    async def calls(lean, state):
+        loop = asyncio.get_running_loop()
+        for _ in range(2):
+            answer = await lean.stream("/s", {"Accept": "text/event-stream"}, b"{}")
+            assert (answer.status, answer.content_type) == (200, "text/event-stream")
+            arrivals = [(piece, loop.time()) async for piece in answer.chunks()]
+            answer.close()
+            assert [piece for piece, _ in arrivals] == [b"data: 1\n\n", b"data: 2\n\n"]
+            assert arrivals[1][1] - arrivals[0][1] >= 0.1  # relayed as sent, not gathered
+
+    state = asyncio.run(run_with(events, calls))
+    assert state["connections"] == 1
+
+
+@pytest.mark.parametrize("finishes", [True, False])
+def test_a_stream_left_at_its_last_event_keeps_its_connection_only_if_the_rest_arrives(monkeypatch, finishes):
+    monkeypatch.setattr("reef_core.upstream.lean._DRAIN_S", 0.3)
+
+    async def events(reader, writer, state):
+        while True:
+            await read_request(reader)
+            state["requests"].append(1)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"data: [DONE]\n\n"))
+            await writer.drain()
+            if not finishes:
+                await asyncio.sleep(5)  # never sends the closing line
+            await asyncio.sleep(0.05)
+            writer.write(b"0\r\n\r\n")
+
+    async def calls(lean, state):
+        for _ in range(2):
+            answer = await lean.stream("/s", {}, b"{}")
+            async for piece in answer.chunks():
+                assert piece == b"data: [DONE]\n\n"
+                break  # what the daemon does at a stream's last event
+            answer.close()
+            await asyncio.sleep(0.5)
+
+    state = asyncio.run(run_with(events, calls))
+    assert len(state["requests"]) == 2
+    assert state["connections"] == (1 if finishes else 2)
+
+
+def test_streams_framed_by_length_by_the_close_or_gzipped_read_whole():
+    body = b"data: " + b"x" * 100_000 + b"\n\n"
+
+    async def varied(reader, writer, state):
+        await read_request(reader)
+        n = len(state["requests"])
+        state["requests"].append(n)
+        if n == 0:
+            writer.write(answer(body))
+            await read_request(reader)
+            zipped = gzip.compress(body)
+            writer.write(answer(zipped[:50], b"Content-Encoding: gzip").replace(b"Length: 50", b"Length: %d" % len(zipped)))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(zipped[50:])
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
+            await writer.drain()
+
+    async def calls(lean, state):
+        for _ in range(3):
+            answer = await lean.stream("/s", {}, b"{}")
+            assert b"".join([piece async for piece in answer.chunks()]) == body
+            answer.close()
+
+    state = asyncio.run(run_with(varied, calls))
+    assert state["connections"] == 1
+
+
+def test_a_stream_cut_or_stalled_midway_is_an_upstream_error():
+    async def cut(reader, writer, state):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        if state.setdefault("mode", "cut") == "stall":
+            await asyncio.sleep(5)
+
+    async def calls(lean, state):
+        for mode, error, words in (("cut", UpstreamUnavailable, "stream broke"), ("stall", UpstreamTimeout, "stalled")):
+            state["mode"] = mode
+            answer = await lean.stream("/s", {}, b"{}")
+            pieces = []
+            with pytest.raises(error, match=words):
+                async for piece in answer.chunks():
+                    pieces.append(piece)
+            answer.close()
+            assert pieces == [b"data: 1\n\n"]  # what came before the break still came
+
+    asyncio.run(run_with(cut, calls, read=0.3))
