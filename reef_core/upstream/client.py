@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
-from reef_core.upstream.lean import LeanHTTP
+from reef_core.upstream.lean import LeanHTTP, LeanStream
 
 __all__ = ["UpstreamClient", "UpstreamReply", "UpstreamStream"]
 
@@ -57,7 +57,7 @@ class UpstreamClient:
         self.base_url = _normalise(base_url) if base_url else None
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
-        # whole answers from a plain-http upstream skip aiohttp (see lean.py)
+        # POSTs to a plain-http upstream skip aiohttp (see lean.py)
         self._lean: LeanHTTP | None = None
         self._prefix = ""
         parts = urlsplit(self.base_url) if self.base_url and lean else None
@@ -136,8 +136,21 @@ class UpstreamClient:
         body: bytes,
         query: str = "",
         scenario: str | None = None,
-    ) -> UpstreamStream:
+    ) -> UpstreamStream | LeanStream:
         """POST and return the open response once its headers arrived (status checked)."""
+        target = self._prefix + path + (f"?{query}" if query else "")
+        lean = self._lean
+        if lean is not None and LeanHTTP.accepts(target, headers):
+            answer = await lean.stream(target, headers, body)
+            if answer.status >= 400:
+                try:
+                    data = await answer.read()
+                except (UpstreamTimeout, UpstreamUnavailable):
+                    data = b""
+                finally:
+                    answer.close()
+                _raise_for_status(answer.status, data, answer.content_type)
+            return answer
         url = self._url(path, query)
         try:
             response = await self._ensure().post(url, data=body, headers=dict(headers))

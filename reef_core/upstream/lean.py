@@ -1,11 +1,13 @@
-"""Keep-alive HTTP/1.1 for the common case: a whole answer from a plain-``http`` upstream.
+"""Keep-alive HTTP/1.1 for the common case: a POST to a plain-``http`` upstream.
 
 A local engine (SGLang, vLLM, Ollama) on loopback answers a short request in well under a
 millisecond, and aiohttp's client spends about 150 us of Python on each request (a task to
 write the body, request and response objects, tracing hooks); on the recording path that is
 a sixth of reef's added latency.  This client does only what that case needs: one POST with
-a body, the whole answer read (``Content-Length``, chunked, or to the close), connections
-kept open and reused.  Streams, other methods and ``https`` stay with aiohttp.
+a body, the answer read whole (:meth:`LeanHTTP.post`) or as it arrives (:meth:`LeanHTTP.stream`,
+for server-sent events), framed by ``Content-Length``, chunked encoding or the close, and
+connections kept open and reused once an answer was read to its end.  Other methods and
+``https`` stay with aiohttp.
 
 A request that fails on a reused connection before a byte of the answer came back is sent
 once more on a new one: the server closed an idle connection, so it never saw the request.
@@ -15,16 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from reef_core import __version__
 from reef_core.errors import UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["LeanHTTP", "LeanReply"]
+__all__ = ["LeanHTTP", "LeanReply", "LeanStream"]
 
 _HEAD_LIMIT = 64 * 1024
 _IDLE_KEPT = 32
+_READ_SIZE = 64 * 1024
+# an answer left before its end is read to it in the background, within these bounds, so its
+# connection can be kept (a stream's caller stops at its last event, before the chunked
+# encoding's closing line, which has almost always arrived with it)
+_DRAIN_S = 1.0
+_DRAIN_MAX = 64 * 1024
+
+_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass(frozen=True)
@@ -46,8 +57,9 @@ class LeanHTTP:
         self._port = port
         self._authority = authority.encode()
         self._connect_timeout = connect_timeout_s
-        self._read_timeout = read_timeout_s
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.read_timeout = read_timeout_s
+        self._idle: list[_Connection] = []
+        self._draining: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def accepts(target: str, headers: Mapping[str, str]) -> bool:
@@ -57,30 +69,51 @@ class LeanHTTP:
         return target.isascii() and not any("\r" in t or "\n" in t for t in texts)
 
     async def post(self, target: str, headers: Mapping[str, str], body: bytes) -> LeanReply:
-        """POST ``body`` to ``target`` (path and query); raises UpstreamUnavailable or
-        UpstreamTimeout as the aiohttp path does."""
+        """POST ``body`` to ``target`` (path and query) and read the whole answer; raises
+        UpstreamUnavailable or UpstreamTimeout as the aiohttp path does."""
+        answer = await self.stream(target, headers, body)
+        try:
+            return LeanReply(answer.status, answer.headers, await answer.read())
+        finally:
+            answer.close()
+
+    async def stream(self, target: str, headers: Mapping[str, str], body: bytes) -> LeanStream:
+        """POST ``body`` and return once the answer's head arrived; read it with
+        :meth:`LeanStream.chunks` or :meth:`LeanStream.read`, then :meth:`LeanStream.close`."""
         lines = [b"POST " + target.encode() + b" HTTP/1.1", b"Host: " + self._authority]
         lines += [f"{name}: {value}".encode() for name, value in headers.items()]
         lines += [b"User-Agent: reef/" + __version__.encode(), b"Content-Length: %d" % len(body)]
         request = b"\r\n".join(lines) + b"\r\n\r\n" + body
         if self._idle:
-            reader, writer = self._idle.pop()
             try:
-                return await self._exchange(reader, writer, request, reused=True)
+                return await self._start(self._idle.pop(), request, reused=True)
             except _Stale:
                 pass  # the server had closed it: this request never reached it
-        reader, writer = await self._connect()
+        connection = await self._connect()
         try:
-            return await self._exchange(reader, writer, request, reused=False)
+            return await self._start(connection, request, reused=False)
         except _Stale as exc:  # cannot happen on a fresh connection; kept for the type checker
             raise UpstreamUnavailable("upstream closed the connection") from exc
 
     async def close(self) -> None:
+        for task in list(self._draining):
+            task.cancel()
         idle, self._idle = self._idle, []
         for _, writer in idle:
             writer.close()
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    def _drain_later(self, answer: LeanStream) -> None:
+        task = asyncio.get_running_loop().create_task(answer.drain())
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    def _release(self, connection: _Connection, reusable: bool) -> None:
+        if reusable and not connection[0].at_eof() and len(self._idle) < _IDLE_KEPT:
+            self._idle.append(connection)
+        else:  # unknown state (error, cancellation, unread answer) or not reusable
+            connection[1].close()
+
+    async def _connect(self) -> _Connection:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 return await asyncio.open_connection(self._host, self._port, limit=_HEAD_LIMIT)
@@ -90,15 +123,14 @@ class LeanHTTP:
         except OSError as exc:
             raise UpstreamUnavailable(f"upstream unreachable: {exc.strerror or exc}") from exc
 
-    async def _exchange(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, *, reused: bool
-    ) -> LeanReply:
-        keep = False
+    async def _start(self, connection: _Connection, request: bytes, *, reused: bool) -> LeanStream:
+        """Send ``request`` and read the answer's head; on any failure the connection is closed."""
+        reader, writer = connection
         try:
             try:
                 writer.write(request)
                 await writer.drain()
-                async with asyncio.timeout(self._read_timeout):
+                async with asyncio.timeout(self.read_timeout):
                     head = await reader.readuntil(b"\r\n\r\n")
             except asyncio.IncompleteReadError as exc:
                 if reused and not exc.partial:
@@ -109,42 +141,162 @@ class LeanHTTP:
                     raise _Stale from exc
                 raise
             status, headers, version = _parse_head(head)
-            body = await self._body(reader, headers)
-            keep = _keeps_alive(version, headers) and not reader.at_eof()
-            return LeanReply(status, headers, _decoded(body, headers.get("content-encoding", "")))
-        except TimeoutError as exc:
-            raise UpstreamTimeout("upstream did not answer in time") from exc
-        except asyncio.LimitOverrunError as exc:
-            raise UpstreamUnavailable("upstream sent an oversized response head") from exc
-        except asyncio.IncompleteReadError as exc:
-            raise UpstreamUnavailable("upstream closed the connection mid-answer") from exc
-        except (ValueError, zlib.error) as exc:
-            raise UpstreamUnavailable(f"upstream sent an unreadable answer: {exc}") from exc
-        except (ConnectionError, OSError) as exc:
-            raise UpstreamUnavailable(f"upstream connection failed: {exc}") from exc
-        finally:
-            if keep and len(self._idle) < _IDLE_KEPT:
-                self._idle.append((reader, writer))
-            else:  # unknown state (error, cancellation) or not reusable: never back in the pool
-                writer.close()
+            return LeanStream(self, connection, status, headers, version)
+        except BaseException as exc:
+            writer.close()
+            if isinstance(exc, (_Stale, UpstreamUnavailable, asyncio.CancelledError)):
+                raise
+            raise _mapped(exc, timed_out="upstream did not answer in time") from exc
 
-    async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-        async with asyncio.timeout(self._read_timeout):
-            if "chunked" in headers.get("transfer-encoding", "").lower():
-                parts: list[bytes] = []
-                while True:
-                    size_line = await reader.readuntil(b"\r\n")
-                    size = int(size_line.split(b";", 1)[0].strip(), 16)
-                    if size == 0:
-                        while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
-                            pass
-                        return b"".join(parts)
-                    parts.append(await reader.readexactly(size))
-                    await reader.readexactly(2)
-            length = headers.get("content-length")
-            if length is not None:
-                return await reader.readexactly(int(length))
-            return await reader.read()  # delimited by the close
+
+class LeanStream:
+    """One answer on a kept-alive connection, read as it arrives; implements the daemon's
+    ``AnswerStream``.  The connection goes back to the pool only if the answer was read to
+    its end."""
+
+    extras: dict[str, Any] | None = None
+
+    def __init__(
+        self, owner: LeanHTTP, connection: _Connection, status: int, headers: dict[str, str], version: str
+    ) -> None:
+        self._owner = owner
+        self._connection = connection
+        self.status = status
+        self.headers = headers  # lower-case names
+        self._version = version
+        length = headers.get("content-length")
+        self._left = int(length) if length is not None and not self._chunked else None
+        self._finished = False
+        self._closed = False
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    async def read(self) -> bytes:
+        """The whole (decoded) answer; the read timeout covers all of it."""
+        reader = self._connection[0]
+        try:
+            async with asyncio.timeout(self._owner.read_timeout):
+                if self._chunked:
+                    body = b"".join([piece async for piece in self._chunks(reader)])
+                elif (length := self.headers.get("content-length")) is not None:
+                    body = await reader.readexactly(int(length))
+                else:
+                    body = await reader.read()  # delimited by the close
+            body = _decoded(body, self.headers.get("content-encoding", ""))
+        except (UpstreamUnavailable, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise _mapped(exc, timed_out="upstream did not answer in time", cut=_CUT, broke=_BROKE) from exc
+        self._finished = True
+        return body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The answer's (decoded) pieces as they arrive; the read timeout applies to each wait."""
+        reader = self._connection[0]
+        decoder = _decoder(self.headers.get("content-encoding", ""))
+        if self._chunked:
+            pieces = self._chunks(reader, each=self._owner.read_timeout)
+        else:
+            pieces = self._delimited(reader)
+        try:
+            async for piece in pieces:
+                piece = decoder.decompress(piece) if decoder is not None else piece
+                if piece:
+                    yield piece
+            if decoder is not None and (rest := decoder.flush()):
+                yield rest
+        except (UpstreamUnavailable, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            timed_out = "upstream stream stalled past the read timeout"
+            raise _mapped(exc, timed_out=timed_out, cut=_STREAM_BROKE, broke=_STREAM_BROKE) from exc
+        self._finished = True
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self._finished and self._reusable:
+            self._owner._drain_later(self)
+        else:
+            self._owner._release(self._connection, self._finished and self._reusable)
+
+    async def drain(self) -> None:
+        """Read what is left of the answer (bounded), then pool the connection or close it."""
+        reader = self._connection[0]
+        drained = False
+        try:
+            async with asyncio.timeout(_DRAIN_S):
+                seen = 0
+                pieces = self._chunks(reader) if self._chunked else self._delimited(reader)
+                async for piece in pieces:
+                    seen += len(piece)
+                    if seen > _DRAIN_MAX:
+                        break
+                else:
+                    drained = True
+        except Exception:
+            pass  # anything odd: the connection is simply not kept
+        finally:
+            self._owner._release(self._connection, drained and self._reusable)
+
+    @property
+    def _reusable(self) -> bool:
+        """The connection can serve another request once this answer is read to its end."""
+        return _keeps_alive(self._version, self.headers) and (self._chunked or self._left is not None)
+
+    @property
+    def _chunked(self) -> bool:
+        return "chunked" in self.headers.get("transfer-encoding", "").lower()
+
+    async def _chunks(self, reader: asyncio.StreamReader, each: float | None = None) -> AsyncIterator[bytes]:
+        """Chunked transfer coding: each chunk's data, then the trailers are skipped."""
+        while True:
+            async with asyncio.timeout(each):
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
+                        pass
+                    return
+                data = await reader.readexactly(size)
+                await reader.readexactly(2)
+            yield data
+
+    async def _delimited(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        """A ``Content-Length`` body, or one read to the close, in the pieces that arrive."""
+        while self._left is None or self._left > 0:
+            async with asyncio.timeout(self._owner.read_timeout):
+                data = await reader.read(_READ_SIZE if self._left is None else min(self._left, _READ_SIZE))
+            if not data:
+                if self._left is None:
+                    return
+                raise asyncio.IncompleteReadError(b"", self._left)
+            if self._left is not None:
+                self._left -= len(data)
+            yield data
+
+
+_CUT = "upstream closed the connection mid-answer"
+_BROKE = "upstream connection failed"
+_STREAM_BROKE = "upstream stream broke"
+
+
+def _mapped(exc: BaseException, *, timed_out: str, cut: str = _CUT, broke: str = _BROKE) -> Exception:
+    """The upstream error a failure while talking to the upstream is reported as."""
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeout(timed_out)
+    if isinstance(exc, asyncio.LimitOverrunError):
+        return UpstreamUnavailable("upstream sent an oversized response head")
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return UpstreamUnavailable(cut)
+    if isinstance(exc, (ValueError, zlib.error)):
+        return UpstreamUnavailable(f"upstream sent an unreadable answer: {exc}")
+    if isinstance(exc, (ConnectionError, OSError)):
+        return UpstreamUnavailable(f"{broke}: {exc or type(exc).__name__}")
+    return UpstreamUnavailable(f"upstream failed: {exc!r}")
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str], str]:
@@ -172,12 +324,18 @@ def _keeps_alive(version: str, headers: dict[str, str]) -> bool:
     return "close" not in connection
 
 
-def _decoded(body: bytes, encoding: str) -> bytes:
+def _decoder(encoding: str) -> Any:
+    """An incremental decoder for the answer's content coding, or None for none."""
     encoding = encoding.strip().lower()
     if encoding in ("", "identity"):
-        return body
+        return None
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if encoding == "deflate":
-        return zlib.decompress(body)
+        return zlib.decompressobj()
     raise UpstreamUnavailable(f"upstream sent a {encoding!r}-encoded answer")
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    decoder = _decoder(encoding)
+    return body if decoder is None else decoder.decompress(body) + decoder.flush()
