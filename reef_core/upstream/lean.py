@@ -164,8 +164,10 @@ class LeanStream:
         self.status = status
         self.headers = headers  # lower-case names
         self._version = version
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self._dechunker = _Dechunker() if chunked else None
         length = headers.get("content-length")
-        self._left = int(length) if length is not None and not self._chunked else None
+        self._left = int(length) if length is not None and not chunked else None
         self._finished = False
         self._closed = False
 
@@ -178,8 +180,8 @@ class LeanStream:
         reader = self._connection[0]
         try:
             async with asyncio.timeout(self._owner.read_timeout):
-                if self._chunked:
-                    body = b"".join([piece async for piece in self._chunks(reader)])
+                if self._dechunker is not None:
+                    body = b"".join([piece async for piece in self._pieces()])
                 elif (length := self.headers.get("content-length")) is not None:
                     body = await reader.readexactly(int(length))
                 else:
@@ -194,14 +196,9 @@ class LeanStream:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The answer's (decoded) pieces as they arrive; the read timeout applies to each wait."""
-        reader = self._connection[0]
         decoder = _decoder(self.headers.get("content-encoding", ""))
-        if self._chunked:
-            pieces = self._chunks(reader, each=self._owner.read_timeout)
-        else:
-            pieces = self._delimited(reader)
         try:
-            async for piece in pieces:
+            async for piece in self._pieces(self._owner.read_timeout):
                 piece = decoder.decompress(piece) if decoder is not None else piece
                 if piece:
                     yield piece
@@ -225,13 +222,11 @@ class LeanStream:
 
     async def drain(self) -> None:
         """Read what is left of the answer (bounded), then pool the connection or close it."""
-        reader = self._connection[0]
         drained = False
         try:
             async with asyncio.timeout(_DRAIN_S):
                 seen = 0
-                pieces = self._chunks(reader) if self._chunked else self._delimited(reader)
-                async for piece in pieces:
+                async for piece in self._pieces():
                     seen += len(piece)
                     if seen > _DRAIN_MAX:
                         break
@@ -245,38 +240,84 @@ class LeanStream:
     @property
     def _reusable(self) -> bool:
         """The connection can serve another request once this answer is read to its end."""
-        return _keeps_alive(self._version, self.headers) and (self._chunked or self._left is not None)
+        framed = self._left is not None if self._dechunker is None else not self._dechunker.extra
+        return framed and _keeps_alive(self._version, self.headers)
 
-    @property
-    def _chunked(self) -> bool:
-        return "chunked" in self.headers.get("transfer-encoding", "").lower()
-
-    async def _chunks(self, reader: asyncio.StreamReader, each: float | None = None) -> AsyncIterator[bytes]:
-        """Chunked transfer coding: each chunk's data, then the trailers are skipped."""
-        while True:
+    async def _pieces(self, each: float | None = None) -> AsyncIterator[bytes]:
+        """The body's bytes in the pieces they arrive in (each wait bounded by ``each``):
+        chunked coding undone (every chunk a read completes comes out as one piece), or
+        framed by ``Content-Length``, or by the close."""
+        reader = self._connection[0]
+        chunks = self._dechunker
+        while not (chunks.done if chunks is not None else self._left == 0):
+            size = _READ_SIZE if self._left is None else min(self._left, _READ_SIZE)
             async with asyncio.timeout(each):
-                size_line = await reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
-                        pass
-                    return
-                data = await reader.readexactly(size)
-                await reader.readexactly(2)
-            yield data
+                raw = await reader.read(size)
+            if not raw:
+                if chunks is None and self._left is None:
+                    return  # delimited by the close
+                raise asyncio.IncompleteReadError(b"", None)
+            if chunks is not None:
+                raw = chunks.feed(raw)
+            elif self._left is not None:
+                self._left -= len(raw)
+            if raw:
+                yield raw
 
-    async def _delimited(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-        """A ``Content-Length`` body, or one read to the close, in the pieces that arrive."""
-        while self._left is None or self._left > 0:
-            async with asyncio.timeout(self._owner.read_timeout):
-                data = await reader.read(_READ_SIZE if self._left is None else min(self._left, _READ_SIZE))
-            if not data:
-                if self._left is None:
-                    return
-                raise asyncio.IncompleteReadError(b"", self._left)
-            if self._left is not None:
-                self._left -= len(data)
-            yield data
+
+class _Dechunker:
+    """Undoes chunked transfer coding incrementally: :meth:`feed` what arrived, get the data
+    of the chunks it completes (or partly carries); :attr:`done` after the last chunk and its
+    trailers.  Bytes after that mean the connection is in an unknown state (:attr:`extra`)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._left = 0  # data bytes of the current chunk still to come
+        self._state = "size"  # size -> data -> end -> size ..., then trailers
+        self.done = False
+        self.extra = False
+
+    def feed(self, raw: bytes) -> bytes:
+        if self.done:
+            self.extra = True
+            return b""
+        buffer = self._buffer
+        buffer += raw
+        out: list[bytes] = []
+        while buffer:
+            if self._state == "data":
+                take = min(self._left, len(buffer))
+                out.append(bytes(buffer[:take]))
+                del buffer[:take]
+                self._left -= take
+                if self._left == 0:
+                    self._state = "end"
+            elif self._state == "end":
+                if len(buffer) < 2:
+                    break
+                if buffer[:2] != b"\r\n":
+                    raise ValueError("a chunk does not end where its size says")
+                del buffer[:2]
+                self._state = "size"
+            else:  # a size line, or a trailer line
+                cut = buffer.find(b"\r\n")
+                if cut < 0:
+                    if len(buffer) > _HEAD_LIMIT:
+                        raise ValueError("a chunk size or trailer line is too long")
+                    break
+                line = bytes(buffer[:cut])
+                del buffer[: cut + 2]
+                if self._state == "trailers":
+                    if not line:
+                        self.done = True
+                        self.extra = bool(buffer)
+                        break
+                    continue
+                size = int(line.split(b";", 1)[0].strip(), 16)
+                if size < 0:
+                    raise ValueError(f"chunk size {size}")
+                self._state, self._left = ("data", size) if size else ("trailers", 0)
+        return b"".join(out)
 
 
 _CUT = "upstream closed the connection mid-answer"

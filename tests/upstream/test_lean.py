@@ -286,3 +286,19 @@ def test_a_stream_cut_or_stalled_midway_is_an_upstream_error():
             assert pieces == [b"data: 1\n\n"]  # what came before the break still came
 
     asyncio.run(run_with(cut, calls, read=0.3))
+
+
+def test_chunked_coding_is_undone_however_the_bytes_are_split():
+    from reef_core.upstream.lean import _Dechunker
+
+    wire = chunk(b"data: 1\n\n") + b"a;ext=x\r\n0123456789\r\n" + chunk(b"z" * 300) + b"0\r\nX-T: 1\r\n\r\n"
+    expected = b"data: 1\n\n0123456789" + b"z" * 300
+    for step in (1, 2, 3, 7, 64, len(wire)):
+        dechunker = _Dechunker()
+        out = b"".join(dechunker.feed(wire[i : i + step]) for i in range(0, len(wire), step))
+        assert (out, dechunker.done, dechunker.extra) == (expected, True, False), step
+    dechunker = _Dechunker()
+    dechunker.feed(wire + b"HTTP/1.1 200 OK")  # bytes past the end: the connection is not kept
+    assert dechunker.done and dechunker.extra
+    with pytest.raises(ValueError):
+        _Dechunker().feed(b"3\r\nabcdef\r\n")  # longer than its size says
