@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,16 @@ def git(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.C
     if check and result.returncode != 0:
         pytest.fail(f"git {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
     return result
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (its last answer)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return bool(condition())
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 import zlib
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from reef_core.store import writer as writer_module
 from reef_core.store.packs import STORE_MAX, TREE, PackBuilder, TreeEncoder, _store
 from reef_core.store.scratch import SCRATCH_DIR
 from reef_core.store.writer import _Node
-from tests.conftest import git
+from tests.conftest import git, wait_for
 
 
 def tip(repo: Path) -> str:
@@ -119,21 +118,12 @@ def _spares(scratch: Path) -> list[Path]:
     return sorted(scratch.glob("pack-*"))
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 def test_spare_files_are_made_while_the_writer_is_idle_and_hold_no_descriptors(tmp_path: Path, monkeypatch):
     store = Store(tmp_path / "state", StoreOptions(pack_every=0, spare_files=80))
     with store.open("s", create=True) as scenario:
         scratch = scenario.path / SCRATCH_DIR
         scenario.append_sync("record", {"n": 0})
-        assert _wait_for(lambda: len(_spares(scratch)) == 80)  # topped up once nothing is written
+        assert wait_for(lambda: len(_spares(scratch)) == 80)  # topped up once nothing is written
         held = {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
         assert not held & {str(p) for p in _spares(scratch)}  # a large stock costs no descriptors
         # writing without a pause uses the stock (two files a commit) and makes none meanwhile
@@ -145,7 +135,7 @@ def test_spare_files_are_made_while_the_writer_is_idle_and_hold_no_descriptors(t
         for n in range(11, 60):  # through the floor and past the stock: commits never wait for it
             scenario.append("record", {"n": n}, now=n % 2 == 0).result()
         monkeypatch.setattr(writer_module, "_IDLE_S", 0.02)
-        assert _wait_for(lambda: len(_spares(scratch)) == 80)
+        assert wait_for(lambda: len(_spares(scratch)) == 80)
     assert subject_ids(store.path_of("s")) == sorted(subject_ids(store.path_of("s")))
     assert len(subject_ids(store.path_of("s"))) == 60
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from reef_core.store import (
     read_lfs,
     store_lfs,
 )
-from tests.conftest import LFS_CONFIG, git
+from tests.conftest import LFS_CONFIG, git, wait_for
 
 needs_lfs = pytest.mark.skipif(shutil.which("git-lfs") is None, reason="git-lfs is not installed")
 
@@ -97,15 +96,6 @@ def test_background_packing_keeps_the_repository_compact_while_writing(tmp_path:
     assert git("-C", str(path), "rev-list", "--count", "data").stdout.strip() == "3001"
 
 
-def _wait_for(condition, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.slow
 def test_a_due_repack_waits_for_a_pause_in_writing_unless_it_is_overdue(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(packer, "_QUIET_S", 3.0)  # a pause no busy writer here takes by chance
@@ -114,8 +104,8 @@ def test_a_due_repack_waits_for_a_pause_in_writing_unless_it_is_overdue(tmp_path
         for n in range(15):  # due, not overdue (30 batches), and no pause
             scenario.append_sync("record", {"n": n})
         assert scenario.packer.runs == 0
-        assert _wait_for(lambda: scenario.packer.runs == 1)  # the pause came
+        assert wait_for(lambda: scenario.packer.runs == 1)  # the pause came
         for n in range(35):  # never pausing: overdue after 30 batches, packed anyway
             scenario.append_sync("record", {"n": n})
-        assert _wait_for(lambda: scenario.packer.runs == 2, timeout=2.5)  # before any pause
+        assert wait_for(lambda: scenario.packer.runs == 2, timeout=2.5)  # before any pause
     git("-C", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
