@@ -96,7 +96,7 @@ class PackBuilder:
     def __len__(self) -> int:
         return len(self._index)
 
-    def write(self, objects_dir: str | Path, *, fsync: bool = False, spares: Spares | None = None) -> Path:
+    def write(self, objects_dir: str | Path, *, fsync: bool = False, spares: Spares | None = None) -> str:
         """Write ``pack-<sha>.pack`` and its ``.idx`` under ``objects/pack``; returns the .pack.
 
         With ``spares`` the two files are made ahead of time, so this writes and
@@ -116,7 +116,7 @@ class PackBuilder:
         _write_file(pack_dir, stem + ".pack", b"".join([header, *self._chunks, checksum]), fsync, spares)
         if fsync:
             fsync_dir(pack_dir)
-        return Path(stem + ".pack")
+        return stem + ".pack"
 
     def _index_bytes(self, pack_checksum: bytes) -> bytes:
         oids = sorted(self._index)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -104,7 +105,7 @@ class GroupCommitWriter:
         # continue after the newest stored id, so ids stay increasing across restarts
         self._ids = IdGenerator(after=reader.last_id())
         # files made ahead for the commits to come (see scratch.py)
-        self._objects = handle.path / "objects"
+        self._objects = os.path.join(handle.path, "objects")
         self._spares = Spares(handle.path, "pack", count=spare_files, floor=_SPARE_FLOOR)
         self._last_write = time.monotonic()
         self._ref_files = RefFiles(handle.path, DATA_REF)
