@@ -4,7 +4,10 @@
 
 At each size the data branch is filled to, it measures
 
-* ``single``: one item per batch (each caller waits for its commit before the next);
+* ``single``: one item per batch (each caller waits for its commit before the next), handed
+  to the writer thread;
+* ``inline``: the same, written in the caller's thread (``now=True``: what the daemon does
+  for a request that is the only one in flight);
 * ``group``:  group commit (many callers at once; one ref update per batch);
 
 and, as a baseline in the same run, the naive shape a store without a writer would have
@@ -56,6 +59,13 @@ def measure_single(scenario, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
         scenario.append_sync("record", BODY, summary="chat.completions model=m 200 812ms")
+    return n / (time.perf_counter() - start)
+
+
+def measure_inline(scenario, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        scenario.append("record", BODY, summary="chat.completions model=m 200 812ms", now=True).result()
     return n / (time.perf_counter() - start)
 
 
@@ -122,10 +132,12 @@ def main() -> None:
             scenario.packer.pack_now()  # start each measurement with the packer caught up
             naive = measure_naive(scenario, n_single)
             single = measure_single(scenario, n_single)
+            inline = measure_inline(scenario, n_single)
             group = measure_group(scenario, n_group)
             rows.append((size, naive, single, group))
             print(
                 f"at {size:>7,} records: naive {naive:7.0f}/s   single {single:7.0f}/s   "
+                f"inline {inline:7.0f}/s ({1e6 / inline:4.0f} us each)   "
                 f"group {group:7.0f}/s   group/naive {group / naive:5.1f}x",
                 flush=True,
             )
