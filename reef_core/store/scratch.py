@@ -49,8 +49,9 @@ class Spares:
     on a quiet machine, 0.3-0.8 ms while the journal is busy, and made by a thread beside the
     commits it slows them down further (the thread and the committer trade the GIL at every
     system call, and the new inode and the renames out of this directory share its lock).  So
-    the stock is large and is filled while the writer is idle (:attr:`low`), a few files at a
-    time; only a stock run down to ``floor`` is topped up under load (:attr:`short`).
+    the stock is filled while the writer is idle (:attr:`low`), a few files at a time, sized
+    to the last burst (:meth:`plan`); only a stock run down to ``floor`` is topped up under
+    load (:attr:`short`).
 
     :meth:`take` is called by whoever holds the writer's commit lock, :meth:`restock` by the
     writer thread without it: it only appends to the stock.
@@ -60,13 +61,15 @@ class Spares:
         self.directory = _directory(repo_path)
         self._prefix = str(self.directory / f"{kind}-{os.getpid()}-")
         self._numbers = itertools.count()  # next() on it is atomic
-        self._want = count
+        self._most = count
         self._floor = min(floor, count)
+        self._want = min(2 * floor, count)
+        self._taken = 0  # since the last :meth:`plan`
         self._stock: deque[str] = deque()
 
     @property
     def low(self) -> bool:
-        """Below the full stock: worth topping up when the writer is idle."""
+        """Below the stock aimed at: worth topping up when the writer is idle."""
         return len(self._stock) < self._want
 
     @property
@@ -74,9 +77,17 @@ class Spares:
         """Down to the floor: top up now, even under load."""
         return len(self._stock) < self._floor
 
+    def plan(self) -> None:
+        """At the start of an idle moment: aim the stock at twice the files taken since the
+        last one (the floor twice at least, ``count`` at most), so a scenario written now and
+        then keeps a few dozen files and a busy one enough for its bursts."""
+        self._want = max(min(2 * self._floor, self._most), min(2 * self._taken, self._most))
+        self._taken = 0
+
     def take(self) -> tuple[int, str]:
         """An empty file open for writing, and its path; the caller closes the fd and renames
         the file away (or unlinks it)."""
+        self._taken += 1
         try:
             path = self._stock.popleft()
         except IndexError:
@@ -90,7 +101,7 @@ class Spares:
             self._stock.append(self._make())
 
     def close(self) -> None:
-        self._want = 0
+        self._want = self._most = 0
         while self._stock:
             _unlink(self._stock.popleft())
 

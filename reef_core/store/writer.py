@@ -54,9 +54,9 @@ _CAS_ATTEMPTS = 20
 # them would hold the caller's thread (and the GIL) for more than the hand-over costs, while
 # the thread's zlib and hashlib calls release the GIL for large inputs.
 _INLINE_MAX = 64 * 1024
-# Spare files (see scratch.py): two per commit.  The stock covers a burst of half as many
-# commits; it is topped up a few files at a time once nothing was written for a while, and
-# under load only when it is down to the floor.
+# Spare files (see scratch.py): two per commit.  Once nothing was written for a while the
+# stock is topped up, a few files at a time, to twice what the last burst took (at most this
+# many); under load only when it is down to the floor.
 SPARE_FILES = 512
 _SPARE_FLOOR = 32
 _SPARE_CHUNK = 8
@@ -108,6 +108,7 @@ class GroupCommitWriter:
         self._objects = os.path.join(handle.path, "objects")
         self._spares = Spares(handle.path, "pack", count=spare_files, floor=_SPARE_FLOOR)
         self._last_write = time.monotonic()
+        self._filling = False  # topping the stock up in an idle moment
         self._ref_files = RefFiles(handle.path, DATA_REF)
         self._thread = threading.Thread(target=self._run, name=f"reef-writer:{handle.path.stem}", daemon=True)
         self._thread.start()
@@ -224,6 +225,7 @@ class GroupCommitWriter:
     def _write(self, batch: list[_Pending], *, queued: bool = False) -> None:
         """Commit ``batch`` and tell its callers; the caller holds the commit lock."""
         self._last_write = time.monotonic()  # busy, not idle, however long the commit takes
+        self._filling = False
         try:
             self._commit_batch(batch)
         except Exception as exc:  # the writer must survive; each caller hears of its failure
@@ -259,6 +261,9 @@ class GroupCommitWriter:
             if self._spares.low:
                 idle = time.monotonic() - self._last_write
                 if idle >= _IDLE_S and self._queue.empty():
+                    if not self._filling:
+                        self._filling = True
+                        self._spares.plan()
                     self._restock(_SPARE_CHUNK)
                     continue
                 wait = max(_IDLE_S - idle, 0.001)

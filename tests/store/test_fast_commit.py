@@ -118,26 +118,28 @@ def _spares(scratch: Path) -> list[Path]:
     return sorted(scratch.glob("pack-*"))
 
 
-def test_spare_files_are_made_while_the_writer_is_idle_and_hold_no_descriptors(tmp_path: Path, monkeypatch):
-    store = Store(tmp_path / "state", StoreOptions(pack_every=0, spare_files=80))
+def test_spare_files_are_made_while_the_writer_is_idle_sized_to_the_last_burst(tmp_path: Path, monkeypatch):
+    store = Store(tmp_path / "state", StoreOptions(pack_every=0, spare_files=300))
     with store.open("s", create=True) as scenario:
         scratch = scenario.path / SCRATCH_DIR
         scenario.append_sync("record", {"n": 0})
-        assert wait_for(lambda: len(_spares(scratch)) == 80)  # topped up once nothing is written
+        # written now and then: a small stock (twice the floor of 32), made once nothing is written
+        assert wait_for(lambda: len(_spares(scratch)) == 64)
         held = {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
-        assert not held & {str(p) for p in _spares(scratch)}  # a large stock costs no descriptors
+        assert not held & {str(p) for p in _spares(scratch)}  # the stock costs no descriptors
         # writing without a pause uses the stock (two files a commit) and makes none meanwhile
         # until it is down to the floor ("a pause" made long, so a slow machine has none here)
         monkeypatch.setattr(writer_module, "_IDLE_S", 1.0)
         for n in range(1, 11):
             scenario.append("record", {"n": n}, now=True).result()
-        assert len(_spares(scratch)) == 60
-        for n in range(11, 60):  # through the floor and past the stock: commits never wait for it
+        assert len(_spares(scratch)) == 44
+        for n in range(11, 61):  # through the floor and past the stock: commits never wait for it
             scenario.append("record", {"n": n}, now=n % 2 == 0).result()
         monkeypatch.setattr(writer_module, "_IDLE_S", 0.02)
-        assert wait_for(lambda: len(_spares(scratch)) == 80)
+        # the burst took 120 files: at the next pause the stock is made ready for twice that
+        assert wait_for(lambda: len(_spares(scratch)) == 240)
     assert subject_ids(store.path_of("s")) == sorted(subject_ids(store.path_of("s")))
-    assert len(subject_ids(store.path_of("s"))) == 60
+    assert len(subject_ids(store.path_of("s"))) == 61
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
     assert not _spares(scratch)
 
