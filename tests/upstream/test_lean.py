@@ -182,15 +182,25 @@ def chunk(data: bytes) -> bytes:
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-def test_a_stream_arrives_as_it_is_sent_and_its_connection_serves_the_next_request():
-    async def events(reader, writer, state):
+def streams(first: bytes, rest: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> Handler:
+    """A server that answers every request on a connection with a chunked stream: ``first``
+    as one chunk at once, then whatever ``rest`` writes."""
+
+    async def handler(reader, writer, state):
         while True:
             await read_request(reader)
             state["requests"].append(1)
-            writer.write(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
+            writer.write(CHUNKED_HEAD + chunk(first))
             await writer.drain()
-            await asyncio.sleep(0.15)
-            writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+            await rest(writer)
+
+    return handler
+
+
+def test_a_stream_arrives_as_it_is_sent_and_its_connection_serves_the_next_request():
+    async def rest(writer):
+        await asyncio.sleep(0.15)
+        writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
 
     async def calls(lean, state):
         loop = asyncio.get_running_loop()
@@ -202,7 +212,7 @@ def test_a_stream_arrives_as_it_is_sent_and_its_connection_serves_the_next_reque
             assert [piece for piece, _ in arrivals] == [b"data: 1\n\n", b"data: 2\n\n"]
             assert arrivals[1][1] - arrivals[0][1] >= 0.1  # relayed as sent, not gathered
 
-    state = asyncio.run(run_with(events, calls))
+    state = asyncio.run(run_with(streams(b"data: 1\n\n", rest), calls))
     assert state["connections"] == 1
 
 
@@ -210,16 +220,11 @@ def test_a_stream_arrives_as_it_is_sent_and_its_connection_serves_the_next_reque
 def test_a_stream_left_at_its_last_event_keeps_its_connection_only_if_the_rest_arrives(monkeypatch, finishes):
     monkeypatch.setattr("reef_core.upstream.lean._DRAIN_S", 0.3)
 
-    async def events(reader, writer, state):
-        while True:
-            await read_request(reader)
-            state["requests"].append(1)
-            writer.write(CHUNKED_HEAD + chunk(b"data: [DONE]\n\n"))
-            await writer.drain()
-            if not finishes:
-                await asyncio.sleep(5)  # never sends the closing line
-            await asyncio.sleep(0.05)
-            writer.write(b"0\r\n\r\n")
+    async def rest(writer):
+        if not finishes:
+            await asyncio.sleep(5)  # never sends the closing line
+        await asyncio.sleep(0.05)
+        writer.write(b"0\r\n\r\n")
 
     async def calls(lean, state):
         for _ in range(2):
@@ -230,7 +235,7 @@ def test_a_stream_left_at_its_last_event_keeps_its_connection_only_if_the_rest_a
             answer.close()
             await asyncio.sleep(0.5)
 
-    state = asyncio.run(run_with(events, calls))
+    state = asyncio.run(run_with(streams(b"data: [DONE]\n\n", rest), calls))
     assert len(state["requests"]) == 2
     assert state["connections"] == (1 if finishes else 2)
 
