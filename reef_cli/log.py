@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
-from collections.abc import Iterable
+import signal
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +63,35 @@ def log(
     going = show(source.items(scenario, kinds, after=cursor))
     if not follow:
         return
-    try:
+    with _until_interrupted() as stop:  # Ctrl-C is how a person ends --follow: not an error
         while going:
             out.output.console.file.flush()
-            time.sleep(interval)
+            if stop.wait(interval):
+                return
             going = show(source.items(scenario, kinds, after=cursor))
-    except KeyboardInterrupt:  # Ctrl-C is how a person ends --follow: not an error
+
+
+@contextlib.contextmanager
+def _until_interrupted() -> Iterator[threading.Event]:
+    """An event Ctrl-C sets, instead of raising KeyboardInterrupt wherever the program is:
+    raised inside the HTTP client, it can leave the connection pool's lock taken, and the
+    process then hangs on its way out.  A poll under way finishes; the loop ends after it.
+    A second Ctrl-C (a poll that does not finish) interrupts as usual."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signals reach only the main thread; nothing to install elsewhere
         return
+
+    def interrupted(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _print(item: dict[str, Any], as_json: bool) -> None:
