@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from reef_cli import output as out
+from reef_cli.interrupt import until_interrupted
 from reef_cli.output import JsonOption
 from reef_cli.sources import ScenarioArgument, UrlOption, connect
 from reef_core.client import Progress
@@ -58,18 +59,16 @@ def evolve(
                     out.output.console.print(f"page: {client.url}{asked['page_path']}", highlight=False)
             return
         started = time.monotonic()
-        try:
-            with out.output.errors.status(f"{ask_id}: {_SAYS['queued']}…") as spinner:
+        waiting = out.output.errors.status(f"{ask_id}: {_SAYS['queued']}…")
+        with until_interrupted() as stop, waiting as spinner:
 
-                def show(progress: Progress) -> None:
-                    says = _SAYS.get(progress.state, progress.state)
-                    spinner.update(f"{ask_id}: {says}… {time.monotonic() - started:.0f}s")
+            def show(progress: Progress) -> None:
+                says = _SAYS.get(progress.state, progress.state)
+                spinner.update(f"{ask_id}: {says}… {time.monotonic() - started:.0f}s")
 
-                progress = client.wait(scenario, ask_id, timeout=timeout, on_progress=show)
-        except KeyboardInterrupt:  # the person stopped waiting, not the ask
-            raise ReefError(
-                f"stopped waiting; {ask_id} goes on in the daemon (see reef releases {scenario})"
-            ) from None
+            progress = client.wait(scenario, ask_id, timeout=timeout, on_progress=show, stop=stop)
+        if stop.is_set() and not progress.settled:  # the person stopped waiting, not the ask
+            raise ReefError(f"stopped waiting; {ask_id} goes on in the daemon (see reef releases {scenario})")
         page_url = _page(client.url, progress, asked)
     if as_json:
         out.output.json({**asked, "state": progress.state, "result": progress.result})

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from reef_cli import output as out
+from reef_cli.interrupt import until_interrupted
 from reef_cli.sources import ScenarioArgument, UrlOption, open_source
 from reef_cli.state import StateDirOption
 from reef_core.errors import InvalidInput
@@ -63,35 +61,12 @@ def log(
     going = show(source.items(scenario, kinds, after=cursor))
     if not follow:
         return
-    with _until_interrupted() as stop:  # Ctrl-C is how a person ends --follow: not an error
+    with until_interrupted() as stop:  # Ctrl-C is how a person ends --follow: not an error
         while going:
             out.output.console.file.flush()
             if stop.wait(interval):
                 return
             going = show(source.items(scenario, kinds, after=cursor))
-
-
-@contextlib.contextmanager
-def _until_interrupted() -> Iterator[threading.Event]:
-    """An event Ctrl-C sets, instead of raising KeyboardInterrupt wherever the program is:
-    raised inside the HTTP client, it can leave the connection pool's lock taken, and the
-    process then hangs on its way out.  A poll under way finishes; the loop ends after it.
-    A second Ctrl-C (a poll that does not finish) interrupts as usual."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop  # signals reach only the main thread; nothing to install elsewhere
-        return
-
-    def interrupted(signum: int, frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    previous = signal.signal(signal.SIGINT, interrupted)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _print(item: dict[str, Any], as_json: bool) -> None:

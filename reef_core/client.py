@@ -15,6 +15,7 @@ is how callers tell "no daemon" from "the daemon said no".  The token is sent as
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -360,18 +361,19 @@ class ReefClient:
         timeout: float,
         interval: float = 0.5,
         on_progress: Callable[[Progress], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> Progress:
-        """Poll an ask until it settles or ``timeout`` seconds pass; returns the last progress
-        (check :attr:`Progress.settled`)."""
+        """Poll an ask until it settles, ``timeout`` seconds pass or ``stop`` is set; returns
+        the last progress (check :attr:`Progress.settled`)."""
         deadline = time.monotonic() + timeout
+        stop = stop or threading.Event()
         while True:
             progress = self.progress(scenario, ask_id)
             if on_progress is not None:
                 on_progress(progress)
             left = deadline - time.monotonic()
-            if progress.settled or left <= 0:
+            if progress.settled or left <= 0 or stop.wait(min(interval, left)):
                 return progress
-            time.sleep(min(interval, left))
 
     # -- the one HTTP call -------------------------------------------------------------------
 

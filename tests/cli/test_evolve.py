@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from reef_core.errors import NotFound
 from reef_core.store import Store
 from tests.cli.support import reef, releases_of
+from tests.conftest import wait_for
 
 RECIPE = ["--recipe.implementation", "tests.cli.recipes:AskRecipe"]
 
@@ -70,6 +77,33 @@ def test_a_wait_that_runs_out_exits_1_and_the_ask_goes_on(daemon):
     done = reef("evolve", "s", "afterwards", "--wait", "--timeout", "30", "--url", daemon.url)
     assert done.exit_code == 0, done.output
     assert releases_of(daemon.state_dir, "s") == ["v2", "v1"]  # the slow ask settled, then this one
+
+
+def asks(daemon) -> int:
+    try:
+        return Store(daemon.state_dir).reader("s").data.counts()["ask"]
+    except NotFound:  # not created yet
+        return 0
+
+
+def test_ctrl_c_while_waiting_stops_the_wait_not_the_ask(daemon):
+    command = [str(Path(sys.executable).with_name("reef")), "evolve", "s", "think slowly", "--wait"]
+    process = subprocess.Popen(
+        [*command, "--url", daemon.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # asked (the ask is stored), and waiting on the slow proposer (1.5 s)
+        assert wait_for(lambda: asks(daemon) == 1, timeout=20)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        _, errors = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1 and "stopped waiting" in errors and "Traceback" not in errors
+    done = reef("evolve", "s", "afterwards", "--wait", "--timeout", "30", "--url", daemon.url)
+    assert done.exit_code == 0, done.output
+    assert releases_of(daemon.state_dir, "s") == ["v2", "v1"]  # the ask left behind still settled
 
 
 def test_the_daemons_screen_refuses_credentials_and_nothing_is_stored(daemon):
