@@ -144,8 +144,8 @@ class LeanHTTP:
             return LeanStream(self, connection, status, headers, version)
         except BaseException as exc:
             writer.close()
-            if isinstance(exc, (_Stale, UpstreamUnavailable, asyncio.CancelledError)):
-                raise
+            if not isinstance(exc, Exception) or isinstance(exc, (_Stale, UpstreamUnavailable)):
+                raise  # cancellation and interpreter exits included
             raise _mapped(exc, timed_out="upstream did not answer in time") from exc
 
 
