@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +35,9 @@ __all__ = [
     "TreeEncoder",
     "hash_object",
     "remove_incomplete_packs",
-    "tree_bytes",
 ]
 
-_TMP_PREFIX = "tmp_reef_"
+_TMP_PREFIX = "tmp_reef_"  # temporary packs of earlier versions, cleared if a killed writer left one
 
 COMMIT, TREE, BLOB = 1, 2, 3
 _TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
@@ -47,23 +45,12 @@ _STORED_BLOCK = 0xFFFF  # the most a stored deflate block holds
 #: objects up to this size go in uncompressed (see :func:`_store`); larger blobs are deflated
 STORE_MAX = 16 * 1024
 _STORED_HEAD = b"\x78\x01"  # zlib: deflate, 32 KB window, no dictionary, fastest
-_DIR_MODE = b"40000"
-_FILE_MODE = b"100644"
 
 
 def hash_object(kind: int, data: bytes) -> bytes:
     """The object id (raw 20-byte SHA-1) git gives ``data`` of ``kind``."""
     # git names objects by SHA-1; not a security use
     return hashlib.sha1(b"%s %d\0%s" % (_TYPE_NAMES[kind], len(data), data)).digest()
-
-
-def tree_bytes(entries: dict[str, tuple[bool, bytes]]) -> bytes:
-    """Serialise a tree: ``name -> (is_dir, raw oid)``, in git's order (dirs sort as 'name/')."""
-    ordered = sorted(entries.items(), key=lambda kv: kv[0].encode() + (b"/" if kv[1][0] else b""))
-    return b"".join(
-        (_DIR_MODE if is_dir else _FILE_MODE) + b" " + name.encode() + b"\0" + oid
-        for name, (is_dir, oid) in ordered
-    )
 
 
 @dataclass
@@ -96,15 +83,13 @@ class PackBuilder:
     def __len__(self) -> int:
         return len(self._index)
 
-    def write(self, objects_dir: str | Path, *, fsync: bool = False, spares: Spares | None = None) -> str:
+    def write(self, objects_dir: str | Path, *, spares: Spares, fsync: bool = False) -> str:
         """Write ``pack-<sha>.pack`` and its ``.idx`` under ``objects/pack``; returns the .pack.
 
-        With ``spares`` the two files are made ahead of time, so this writes and
-        renames but creates nothing.
+        The two files are ``spares`` made ahead of time, so this writes and renames but
+        creates nothing (unless the stock ran out).
         """
         pack_dir = os.path.join(objects_dir, "pack")
-        if spares is None:
-            os.makedirs(pack_dir, exist_ok=True)  # a writer's spares come after its repository
         header = b"PACK" + struct.pack(">II", 2, len(self._index))
         digest = hashlib.sha1(header)
         for chunk in self._chunks:
@@ -112,8 +97,8 @@ class PackBuilder:
         checksum = digest.digest()
         name = checksum.hex()
         stem = os.path.join(pack_dir, f"pack-{name}")
-        _write_file(pack_dir, stem + ".idx", self._index_bytes(checksum), fsync, spares)
-        _write_file(pack_dir, stem + ".pack", b"".join([header, *self._chunks, checksum]), fsync, spares)
+        _write_file(stem + ".idx", self._index_bytes(checksum), fsync, spares)
+        _write_file(stem + ".pack", b"".join([header, *self._chunks, checksum]), fsync, spares)
         if fsync:
             fsync_dir(pack_dir)
         return stem + ".pack"
@@ -252,12 +237,9 @@ def _store(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _write_file(directory: str, target: str, data: bytes, fsync: bool, spares: Spares | None) -> None:
+def _write_file(target: str, data: bytes, fsync: bool, spares: Spares) -> None:
     """``data`` as the new file ``target``, complete the moment it appears."""
-    if spares is None:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX)
-    else:
-        fd, tmp = spares.take()
+    fd, tmp = spares.take()
     try:
         try:
             view = memoryview(data)
@@ -267,8 +249,6 @@ def _write_file(directory: str, target: str, data: bytes, fsync: bool, spares: S
                 os.fsync(fd)
         finally:
             os.close(fd)
-        if spares is None:
-            os.chmod(tmp, 0o444)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
