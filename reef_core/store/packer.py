@@ -10,7 +10,9 @@ pause in writing (or at once when three times that has piled up):
   recomputes deltas and compression, since the writer stores trees uncompressed and git
   would otherwise keep most of them as they are (1.6 -> 0.8 KB per record);
 * it is safe while the writer runs: objects are only removed once they are in a pack, and
-  nothing is pruned (objects of a batch not yet on the branch survive).
+  nothing is pruned (objects of a batch not yet on the branch survive);
+* the small packs it merges are not freed but handed to the writer as spare files
+  (``on_freed``; see ``scratch.py`` for why, and for how a file still being read is left be).
 
 A repack holds ``reef-repack.lock`` (flock) for as long as the git process lives, even if
 the daemon that started it is killed: a new packer, or a tool that wants a quiet repository
@@ -28,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from reef_core.store.scratch import keep_freed, sort_freed
 
 __all__ = ["Packer", "wait_for_repack"]
 
@@ -61,11 +65,19 @@ _OVERDUE = 3
 
 class Packer:
     def __init__(
-        self, repo_path: Path, *, every: int = 2000, on_repacked: Callable[[], None] | None = None
+        self,
+        repo_path: Path,
+        *,
+        every: int = 2000,
+        on_repacked: Callable[[], None] | None = None,
+        on_freed: Callable[[list[str]], bool] | None = None,
     ) -> None:
+        """``on_freed``: given the files of the packs a repack merged away; True if it took
+        them (it reuses them), else they are removed here."""
         self._path = repo_path
         self._every = every
         self._on_repacked = on_repacked
+        self._on_freed = on_freed
         self._since = 0
         self._batches = 0
         self._last_write = time.monotonic()
@@ -139,8 +151,11 @@ class Packer:
         if _NICE:  # below the daemon, which has requests to answer
             command = [_NICE, "-n", "5", *command]
         lock = _open_lock(self._path)
+        kept: list[str] = []
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a repack left by a killed daemon may still run
+            if self._on_freed is not None:
+                kept = keep_freed(self._path)
             # the child inherits the locked descriptor, so the lock lives exactly as long as git
             started = time.perf_counter()
             result = subprocess.run(command, capture_output=True, text=True, timeout=600, pass_fds=(lock,))
@@ -151,9 +166,25 @@ class Packer:
             return
         finally:
             os.close(lock)
+            if kept:
+                self._hand_over(sort_freed(kept))
         self.runs += 1
         if result.returncode != 0:
             self.failures += 1
             log.warning("repack of %s failed: %s", self._path, result.stderr.strip())
         elif self._on_repacked is not None:
             self._on_repacked()
+
+    def _hand_over(self, freed: list[str]) -> None:
+        assert self._on_freed is not None
+        try:
+            taken = bool(freed) and self._on_freed(freed)
+        except Exception:
+            log.exception("on_freed hook failed")
+            taken = False
+        if not taken:
+            for path in freed:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass

@@ -29,7 +29,7 @@ from reef_core.store.packer import Packer
 from reef_core.store.packs import remove_incomplete_packs
 from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
-from reef_core.store.scratch import clear_scratch
+from reef_core.store.scratch import leftovers
 from reef_core.store.writer import SPARE_FILES, GroupCommitWriter
 
 __all__ = [
@@ -69,14 +69,20 @@ class Scenario(ScenarioReader):
             super().__init__(name, path)
             self.recovered_locks = clear_stale_ref_locks(path)
             self.recovered_packs = remove_incomplete_packs(path / "objects")
-            clear_scratch(path)
+            reuse = leftovers(path)
             self.releases.repair_tags()
-            self.packer = Packer(path, every=options.pack_every, on_repacked=self.handle.invalidate)
+            self.packer = Packer(
+                path,
+                every=options.pack_every,
+                on_repacked=self.handle.invalidate,
+                on_freed=lambda paths: self.writer.donate(paths),
+            )
             self.writer = GroupCommitWriter(
                 self.handle,
                 max_batch=options.max_batch,
                 fsync=options.fsync,
                 spare_files=options.spare_files,
+                reuse=reuse,
                 on_batch=self.packer.note_written,
             )
         except BaseException:

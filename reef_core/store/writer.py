@@ -27,7 +27,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -86,8 +86,11 @@ class GroupCommitWriter:
         max_batch: int = 256,
         fsync: bool = False,
         spare_files: int = SPARE_FILES,
+        reuse: Iterable[str] = (),
         on_batch: Callable[[int], None] | None = None,
     ) -> None:
+        """``reuse``: files to empty and take as spare files before making any (what a
+        previous writer left, :func:`~reef_core.store.scratch.leftovers`)."""
         self._handle = handle
         self._fsync = fsync
         self._hot: _HotTree | None = None
@@ -106,7 +109,7 @@ class GroupCommitWriter:
         self._ids = IdGenerator(after=reader.last_id())
         # files made ahead for the commits to come (see scratch.py)
         self._objects = os.path.join(handle.path, "objects")
-        self._spares = Spares(handle.path, "pack", count=spare_files, floor=_SPARE_FLOOR)
+        self._spares = Spares(handle.path, "pack", count=spare_files, floor=_SPARE_FLOOR, reuse=reuse)
         self._last_write = time.monotonic()
         self._filling = False  # topping the stock up in an idle moment
         self._ref_files = RefFiles(handle.path, DATA_REF)
@@ -181,6 +184,15 @@ class GroupCommitWriter:
             self._closed = True
             self._queue.put(_STOP)
         self._thread.join(timeout)
+
+    def donate(self, paths: list[str]) -> bool:
+        """Files a repack freed, for reuse as spare files; False if this writer cannot take
+        them (closed, say), and the caller removes them."""
+        return self._spares.donate(paths)
+
+    @property
+    def spares(self) -> Spares:
+        return self._spares
 
     @property
     def counts(self) -> dict[str, int]:

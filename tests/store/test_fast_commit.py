@@ -95,7 +95,7 @@ def test_git_moving_the_branch_between_two_commits_is_noticed(scenario):
     git("--git-dir", str(repo), "fsck", "--strict")
 
 
-def test_scratch_files_are_the_writers_own_and_gone_after_close(store: Store, tmp_path: Path):
+def test_scratch_files_left_at_close_are_the_next_writers_spare_files(store: Store, tmp_path: Path):
     scenario = store.open("s", create=True)
     scratch = scenario.path / SCRATCH_DIR
     try:
@@ -105,12 +105,28 @@ def test_scratch_files_are_the_writers_own_and_gone_after_close(store: Store, tm
         assert names and all(f"-{os.getpid()}-" in name for name in names)
     finally:
         scenario.close()
-    assert not list(scratch.iterdir())
-    # a killed writer's leftovers (here: planted) are cleared by the next one
-    (scratch / "pack-1-0").write_bytes(b"")
+    left = {p.stat().st_ino for p in scratch.iterdir() if p.is_file()}
+    assert left and all(p.stat().st_size == 0 for p in _spares(scratch))
+    # a killed writer's leftovers (here: planted): a spare file half written, and a second
+    # name of a pack git still uses (a repack killed before it sorted its names)
+    half = scratch / "pack-1-0"
+    half.write_bytes(b"PACK half written")
+    left.add(half.stat().st_ino)
+    pack_dir = store.path_of("s") / "objects" / "pack"
+    live = next(pack_dir.glob("*.pack"))
+    os.link(live, scratch / "freed-link")
+    old_packs = set(pack_dir.iterdir())
+    before = git("--git-dir", str(store.path_of("s")), "rev-list", "--objects", DATA_REF).stdout
     with store.open("s") as reopened:
-        assert not (scratch / "pack-1-0").exists()
-        reopened.append_sync("record", {"n": 5})
+        assert not (scratch / "freed-link").exists() and live.exists()
+        for n in range(5, 15):
+            reopened.append("record", {"n": n}, now=True).result()
+    new_packs = set(pack_dir.iterdir()) - old_packs
+    # every file those commits took was one the first writer left
+    assert len(new_packs) == 20 and {p.stat().st_ino for p in new_packs} <= left
+    out = git("--git-dir", str(store.path_of("s")), "rev-list", "--objects", DATA_REF).stdout
+    assert set(before.split()) <= set(out.split())
+    assert len(subject_ids(store.path_of("s"))) == 15
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
 
 
@@ -141,7 +157,7 @@ def test_spare_files_are_made_while_the_writer_is_idle_sized_to_the_last_burst(t
     assert subject_ids(store.path_of("s")) == sorted(subject_ids(store.path_of("s")))
     assert len(subject_ids(store.path_of("s"))) == 61
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
-    assert not _spares(scratch)
+    assert all(p.stat().st_size == 0 for p in _spares(scratch))  # left for the next writer
 
 
 def test_trees_are_stored_as_zlib_streams_any_inflater_reads_at_every_block_boundary():
