@@ -8,6 +8,7 @@ ways in the same run, interleaved so drift hits both alike:
 
 * concurrency 1, non-streaming: latency p50/p99, direct and through reef, and the difference;
 * concurrency 1, streaming: time to first byte, and to the last;
+* concurrency 1, a 180 KB request (the size of Claude Code's, mostly tool definitions);
 * concurrency 64, non-streaming and streaming: requests per second, and the ratio.
 """
 
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -28,6 +31,32 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "Say hello in a short sentence."}]}
+
+
+def large_body() -> dict:
+    """A request shaped like a coding agent's: a long system prompt and 40 tool schemas."""
+    rng = random.Random(1)
+    words = "file tool path string the of command input returns read write edit bash glob grep".split()
+
+    def text(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": text(400),
+                "parameters": {
+                    "type": "object",
+                    "properties": {f"p{j}": {"type": "string", "description": text(30)} for j in range(8)},
+                },
+            },
+        }
+        for i in range(40)
+    ]
+    system = {"role": "system", "content": text(4000)}
+    return {**BODY, "messages": [system, *BODY["messages"]], "tools": tools}
 
 
 def free_port() -> int:
@@ -76,13 +105,14 @@ def start_reef(upstream: str, state: str) -> tuple[subprocess.Popen[bytes], str]
     raise RuntimeError("reef did not start")
 
 
-async def one(session: aiohttp.ClientSession, url: str, stream: bool) -> tuple[float, float]:
+async def one(
+    session: aiohttp.ClientSession, url: str, stream: bool, body: bytes | None = None
+) -> tuple[float, float]:
     """(seconds to the first body byte, seconds to the end) for one chat completion."""
-    body = {**BODY, "stream": stream}
+    data = body if body is not None else json.dumps({**BODY, "stream": stream}).encode()
+    headers = {"x-reef-scenario": "bench", "content-type": "application/json"}
     started = time.perf_counter()
-    async with session.post(
-        f"{url}/v1/chat/completions", json=body, headers={"x-reef-scenario": "bench"}
-    ) as r:
+    async with session.post(f"{url}/v1/chat/completions", data=data, headers=headers) as r:
         first = None
         async for _ in r.content.iter_any():
             if first is None:
@@ -98,13 +128,13 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def sequential(
-    session, direct: str, reef: str, n: int, stream: bool
+    session, direct: str, reef: str, n: int, stream: bool, body: bytes | None = None
 ) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {"direct": [], "reef": []}
     for i in range(n):
         order = [("direct", direct), ("reef", reef)] if i % 2 == 0 else [("reef", reef), ("direct", direct)]
         for name, url in order:
-            out[name].append(await one(session, url, stream))
+            out[name].append(await one(session, url, stream, body))
     return out
 
 
@@ -144,6 +174,14 @@ async def run(args: argparse.Namespace, direct: str, reef: str) -> None:
             f"added p50 {(pct(rf, 0.5) - pct(df, 0.5)) * ms:5.2f} ms  "
             f"p99 {(pct(rf, 0.99) - pct(df, 0.99)) * ms:5.2f} ms;  whole stream added p50 "
             f"{(statistics.median(rt) - statistics.median(dt)) * ms:5.2f} ms"
+        )
+        large = json.dumps(large_body()).encode()
+        big = await sequential(session, direct, reef, max(50, args.requests // 2), False, large)
+        d = [t for _, t in big["direct"]]
+        r = [t for _, t in big["reef"]]
+        print(
+            f"c=1 {len(large) // 1024} KB req  direct p50 {pct(d, 0.5) * ms:6.2f} ms | "
+            f"reef p50 {pct(r, 0.5) * ms:6.2f} ms | added p50 {(pct(r, 0.5) - pct(d, 0.5)) * ms:5.2f} ms"
         )
         n = args.requests * 6
         for stream in (False, True):

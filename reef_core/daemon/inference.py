@@ -17,7 +17,7 @@ from reef_core.daemon.auth import presented_token
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
 from reef_core.daemon.parsing import json_body, scenario_header
-from reef_core.daemon.recording import Exchange, commit_record
+from reef_core.daemon.recording import Exchange, commit_record, verbatim
 from reef_core.daemon.relay import make_relay
 from reef_core.errors import InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
 from reef_core.store import Scenario
@@ -165,6 +165,7 @@ async def _answer(request: web.Request, daemon: Daemon, client_format: str) -> w
         upstream_format=upstream_format,
         request=body,
         request_bytes=len(raw),
+        request_raw=verbatim(raw),
         stream=stream,
         tags=_tags(request),
         release=release.name if release else None,

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from reef_core.store import Scenario
+from reef_core.store import RawJSON, Scenario
 
-__all__ = ["Exchange", "commit_record"]
+__all__ = ["Exchange", "commit_record", "verbatim"]
 
 # bodies above this are serialised off the event loop
 _BIG = 512 * 1024
@@ -39,6 +39,9 @@ class Exchange:
     complete: bool = False
     error: str | None = None
     tokens: dict[str, Any] | None = None  # token ids, log-probs, weight version (local engine)
+    #: the request's bytes as the client sent them, when they can go into the record as they
+    #: are (:func:`verbatim`); else the record holds ``request`` serialised again
+    request_raw: bytes | None = None
 
     @property
     def model(self) -> str | None:
@@ -64,7 +67,7 @@ class Exchange:
             "release": self.release,
             "tags": self.tags,
             "timings": {"total_ms": total_ms, "ttfb_ms": self.ttfb_ms},
-            "request": self.request,
+            "request": self.request if self.request_raw is None else RawJSON(self.request_raw),
             "response": self.response,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
         }
@@ -78,6 +81,16 @@ class Exchange:
         if not self.complete:
             parts.append("incomplete")
         return " ".join(parts)
+
+
+def verbatim(raw: bytes) -> bytes | None:
+    """``raw`` (a body ``json.loads`` accepted) if it can be stored as it is: UTF-8 without a
+    byte-order mark (what json.loads decoded it as), on one line (a record is one line)."""
+    if raw[:3] == b"\xef\xbb\xbf" or raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\0" in raw[:4]:
+        return None
+    if b"\n" in raw or b"\r" in raw:
+        return None
+    return raw
 
 
 async def commit_record(scenario: Scenario, exchange: Exchange, *, alone: bool = False) -> str:

@@ -19,6 +19,7 @@ from reef_core.store.releases import (
 )
 from reef_core.store.scenarios import Scenario, ScenarioReader, Store, StoreOptions
 from reef_core.store.trees import build_tree, iter_files
+from reef_core.store.writer import RawJSON
 
 __all__ = [
     "CANDIDATES_PREFIX",
@@ -31,6 +32,7 @@ __all__ = [
     "DataReader",
     "Item",
     "LfsPointer",
+    "RawJSON",
     "Release",
     "ReleaseChain",
     "Scenario",

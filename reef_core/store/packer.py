@@ -1,7 +1,8 @@
 """Background packing, so a scenario stays compact as it grows.
 
 The writer puts each batch in a small pack of its own (``packs.py``), fast but neither
-compact (no deltas) nor few.  After ``every`` items, or ``every // 20`` batches, the packer
+compact (no deltas, most objects uncompressed) nor few.  After ``every`` items, ``every // 20``
+batches or 64 MiB of items (``_BYTES``), the packer
 runs an incremental, geometric repack with the git CLI in a background thread, at the next
 pause in writing (or at once when three times that has piled up):
 
@@ -61,6 +62,9 @@ def wait_for_repack(repo_path: Path) -> None:
 _QUIET_S = 0.2
 # ... unless this many times the threshold has piled up meanwhile (a writer that never pauses).
 _OVERDUE = 3
+# items written since the last repack, in bytes, that make one due: bounds the space the
+# writer's uncompressed objects take until the repack compresses them
+_BYTES = 64 * 1024 * 1024
 
 
 class Packer:
@@ -80,6 +84,7 @@ class Packer:
         self._on_freed = on_freed
         self._since = 0
         self._batches = 0
+        self._bytes = 0
         self._last_write = time.monotonic()
         self._signalled = 0  # 1: due, 2: overdue, as last told to the thread
         self._wake = threading.Event()
@@ -91,13 +96,15 @@ class Packer:
         self._thread = threading.Thread(target=self._run, name=f"reef-packer:{repo_path.stem}", daemon=True)
         self._thread.start()
 
-    def note_written(self, items: int) -> None:
-        """Count items written; wakes the packer once enough have accumulated."""
+    def note_written(self, items: int, size: int = 0) -> None:
+        """Count items written (``size``: their bytes); wakes the packer once enough have
+        accumulated."""
         if self._every <= 0:
             return
         with self._lock:
             self._since += items
             self._batches += 1
+            self._bytes += size
             self._last_write = time.monotonic()
             # the thread hears when a repack falls due, and again when it is overdue
             level = 2 if self._due(_OVERDUE) else 1 if self._due(1) else 0
@@ -108,12 +115,16 @@ class Packer:
 
     def _due(self, times: int) -> bool:
         """Called with the lock held."""
-        return self._since >= self._every * times or self._batches >= max(1, self._every // 20) * times
+        return (
+            self._since >= self._every * times
+            or self._batches >= max(1, self._every // 20) * times
+            or self._bytes >= _BYTES * times
+        )
 
     def pack_now(self) -> None:
         """Pack in the calling thread (used at close and by tools)."""
         with self._lock:
-            self._since = self._batches = 0
+            self._since = self._batches = self._bytes = 0
         self._repack()
 
     def close(self) -> None:
@@ -128,7 +139,7 @@ class Packer:
             if self._stopping.is_set() or not self._wait_for_a_pause():
                 return
             with self._lock:
-                self._since = self._batches = 0
+                self._since = self._batches = self._bytes = 0
                 self._signalled = 0
             self._repack()
 

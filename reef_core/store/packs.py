@@ -42,8 +42,10 @@ _TMP_PREFIX = "tmp_reef_"  # temporary packs of earlier versions, cleared if a k
 COMMIT, TREE, BLOB = 1, 2, 3
 _TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
 _STORED_BLOCK = 0xFFFF  # the most a stored deflate block holds
-#: objects up to this size go in uncompressed (see :func:`_store`); larger blobs are deflated
-STORE_MAX = 16 * 1024
+#: objects up to this size go in uncompressed (see :func:`_store`); larger blobs are deflated.
+#: Deflating a 180 KB request (Claude Code's size) took 1.2 ms of its answer; the background
+#: repack compresses everything anyway, and the packer repacks after 64 MiB (packer.py).
+STORE_MAX = 1024 * 1024
 _STORED_HEAD = b"\x78\x01"  # zlib: deflate, 32 KB window, no dictionary, fastest
 
 

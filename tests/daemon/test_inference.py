@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from reef_core.ids import parse_item_id
 from tests.conftest import git
 from tests.fakes.upstream import Error, Reset, Slow, Text, ToolCall
 
@@ -292,3 +293,29 @@ def test_upstream_reset_mid_stream_gives_a_clean_error_and_an_incomplete_record(
     records = list(reef.reader(SCENARIO).data.iter_items(["record"]))
     assert len(records) == 1
     assert records[0].data["complete"] is False and records[0].data["error"]
+
+
+def test_the_record_keeps_the_request_byte_for_byte_as_the_client_sent_it(make_reef, upstream):
+    reef = make_reef(api="openai")
+    content = b'"caf\\u00e9 \xc3\xa9 \\ud83d\\ude00"'
+    compact = b'{"model":"m1", "messages": [{"role":"user","content":%s}],"temperature":0.50}' % content
+    pretty = json.dumps({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}, indent=2).encode()
+    receipts = []
+    for body in (compact, pretty):
+        upstream.script(Text("ok"))
+        response = httpx.post(
+            f"{reef.url}/v1/chat/completions",
+            content=body,
+            headers={"x-reef-scenario": SCENARIO, "content-type": "application/json"},
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        receipts.append(response.headers["x-reef-agent-record-id"])
+    for receipt, body in zip(receipts, (compact, pretty), strict=True):
+        record = reef.reader(SCENARIO).data.get(receipt)
+        path = f"data:{parse_item_id(receipt).path}"
+        stored = git("-C", reef.repo(SCENARIO), "cat-file", "blob", path).stdout.encode()
+        assert stored.count(b"\n") == 1  # a record is one line, whatever the client sent
+        assert record.data["request"] == json.loads(body)
+        if body is compact:  # stored as sent: spacing, number spelling, escapes and all
+            assert b'"request":' + compact + b"," in stored

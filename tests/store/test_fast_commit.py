@@ -3,14 +3,18 @@ a ref update that creates and frees nothing — all of it checked with the git C
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
 import zlib
 from pathlib import Path
 
+import pytest
+
+from reef_core.errors import InvalidInput
 from reef_core.ids import parse_item_id
-from reef_core.store import DATA_REF, Store, StoreOptions
+from reef_core.store import DATA_REF, RawJSON, Store, StoreOptions
 from reef_core.store import writer as writer_module
 from reef_core.store.packs import STORE_MAX, TREE, PackBuilder, TreeEncoder, _store
 from reef_core.store.scratch import SCRATCH_DIR
@@ -201,16 +205,45 @@ def test_the_writers_in_memory_tree_encodes_as_git_would_whatever_changes():
         assert kept._chunks == fresh._chunks
 
 
-def test_small_objects_are_stored_and_larger_blobs_deflated_and_git_reads_both(scenario):
+def test_objects_up_to_a_mebibyte_are_stored_larger_ones_deflated_and_git_reads_all(scenario):
+    rng = random.Random(1)
     small = {"text": "x" * 100}
-    large = {"text": "".join(random.Random(1).choice("abcdef ") for _ in range(STORE_MAX * 2))}
-    ids = [scenario.append_sync("record", small), scenario.append_sync("record", large)]
-    for item_id in ids:
+    medium = {"text": "".join(rng.choices("abcdef ", k=200 * 1024))}  # Claude Code's size
+    large = {"text": "".join(rng.choices("abcdef ", k=STORE_MAX * 2))}
+    pack_dir = scenario.path / "objects" / "pack"
+    sizes = []
+    ids = []
+    for body in (small, medium, large):
+        before = set(pack_dir.glob("*.pack"))
+        ids.append(scenario.append_sync("record", body))
+        (pack,) = set(pack_dir.glob("*.pack")) - before
+        sizes.append(pack.stat().st_size)
+    for item_id, body in zip(ids, (small, medium, large), strict=True):
         path = parse_item_id(item_id).path
-        assert str(item_id) in git("--git-dir", str(scenario.path), "show", f"{DATA_REF}:{path}").stdout
-    packs = sorted((scenario.path / "objects" / "pack").glob("*.pack"), key=os.path.getmtime)
-    assert os.path.getsize(packs[-1]) < STORE_MAX  # the 32 KB record went in compressed
+        shown = json.loads(git("--git-dir", str(scenario.path), "show", f"{DATA_REF}:{path}").stdout)
+        assert shown["id"] == item_id and shown["text"] == body["text"]
+    assert sizes[1] > 200 * 1024  # stored as it is: the repack compresses it later
+    assert sizes[2] < STORE_MAX  # the 2 MiB record went in deflated
     git("--git-dir", str(scenario.path), "fsck", "--strict", "--no-dangling")
+
+
+def test_raw_json_goes_into_the_item_byte_for_byte(scenario):
+    raw = b'{"model": "m",  "messages":[{"role":"user","content":"caf\\u00e9 \xc3\xa9"}], "n": 1.50}'
+    item_id = scenario.append_sync("record", {"route": "r", "request": RawJSON(raw), "status": 200})
+    path = parse_item_id(item_id).path
+    stored = git("--git-dir", str(scenario.path), "cat-file", "blob", f"{DATA_REF}:{path}").stdout.encode()
+    assert b'"request":' + raw + b',"status":200}' in stored
+    assert stored.count(b"\n") == 1  # one line, as every item
+    item = scenario.data.get(item_id).data
+    assert item["request"] == json.loads(raw) and item["status"] == 200 and item["route"] == "r"
+
+
+def test_raw_json_on_more_than_one_line_is_refused_and_nothing_is_written(scenario):
+    scenario.append_sync("record", {"n": 0})
+    before = tip(scenario.path)
+    with pytest.raises(InvalidInput, match="request"):
+        scenario.append("record", {"request": RawJSON(b'{\n"a": 1}')})
+    assert tip(scenario.path) == before
 
 
 def test_a_large_item_goes_to_the_writer_thread_even_when_asked_to_write_now(scenario):
@@ -224,7 +257,7 @@ def test_a_large_item_goes_to_the_writer_thread_even_when_asked_to_write_now(sce
 
     scenario.writer._commit_batch = spy
     small = scenario.append("record", {"text": "x" * 1000}, now=True).result()
-    large = scenario.append("record", {"text": "x" * 100_000}, now=True).result()
+    large = scenario.append("record", {"text": "x" * writer_module._INLINE_MAX}, now=True).result()
     assert seen[0] == threading.current_thread().name  # written here
     assert seen[1].startswith("reef-writer")  # handed over
     assert subject_ids(scenario.path)[-2:] == [small, large]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -108,4 +110,23 @@ def test_a_due_repack_waits_for_a_pause_in_writing_unless_it_is_overdue(tmp_path
         for n in range(35):  # never pausing: overdue after 30 batches, packed anyway
             scenario.append_sync("record", {"n": n})
         assert wait_for(lambda: scenario.packer.runs == 2, timeout=2.5)  # before any pause
+    git("-C", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
+
+
+def test_a_few_large_items_make_a_repack_due_so_their_uncompressed_bytes_do_not_pile_up(
+    tmp_path: Path, monkeypatch
+):
+    monkeypatch.setattr(packer, "_QUIET_S", 0.05)
+    monkeypatch.setattr(packer, "_BYTES", 1024 * 1024)
+    store = Store(tmp_path / "state", StoreOptions(pack_every=2000))  # 100 batches, 2000 items
+    with store.open("s", create=True) as scenario:
+        text = "".join(random.Random(2).choices("abcdefgh ", k=300 * 1024))
+        for n in range(3):  # 900 KB: not yet
+            scenario.append_sync("record", {"n": n, "text": text})
+        time.sleep(0.3)
+        assert scenario.packer.runs == 0
+        scenario.append_sync("record", {"n": 3, "text": text})  # 1.2 MB
+        assert wait_for(lambda: scenario.packer.runs == 1)
+        packed = sum(p.stat().st_size for p in (scenario.path / "objects" / "pack").glob("*.pack"))
+        assert packed < 600 * 1024  # stored as written (1.2 MB), compressed by the repack
     git("-C", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
