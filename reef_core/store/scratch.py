@@ -40,6 +40,7 @@ import itertools
 import os
 import secrets
 import shutil
+import signal
 import stat
 import time
 from collections import deque
@@ -66,7 +67,7 @@ _BUSY_S = 60.0
 # a commit that finds the stock empty tries this many freed files before making one
 _TRIES_PER_MAKE = 4
 
-_LEASES = hasattr(fcntl, "F_SETLEASE")
+_LEASES = hasattr(fcntl, "F_SETLEASE") and hasattr(fcntl, "F_SETSIG")
 
 
 def _directory(repo_path: Path) -> Path:
@@ -208,7 +209,7 @@ class Spares:
         when they cannot be used here (closed, or no leases): the caller removes them."""
         if self._closed or not self._reusing:
             return False
-        room = 4 * self._most - len(self._freed)
+        room = max(0, 4 * self._most - len(self._freed))  # beyond that: freed, as before
         for path in paths[room:]:
             _unlink(path)
         self._freed.extend((path, None) for path in paths[:room])
@@ -263,6 +264,9 @@ class Spares:
             return False
         try:
             try:
+                # should anyone open the file while the lease is held, the kernel would signal
+                # this process: SIGURG, which is ignored, not SIGIO, which would end it
+                fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
                 # granted only if this is the one open file of the inode, in any process
                 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
             except OSError as exc:
