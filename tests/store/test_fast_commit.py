@@ -241,7 +241,7 @@ def test_raw_json_goes_into_the_item_byte_for_byte(scenario):
 def test_raw_json_on_more_than_one_line_is_refused_and_nothing_is_written(scenario):
     scenario.append_sync("record", {"n": 0})
     before = tip(scenario.path)
-    with pytest.raises(InvalidInput, match="request"):
+    with pytest.raises(InvalidInput, match="one line"):
         scenario.append("record", {"request": RawJSON(b'{\n"a": 1}')})
     assert tip(scenario.path) == before
 
