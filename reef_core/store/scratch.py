@@ -6,7 +6,9 @@ file's blocks are freed there and then, and a replacing file whose data is not y
 is flushed first).  A one-item commit used to create three files and replace one.  Here:
 
 * :class:`Spares` holds empty files made ahead (by the writer thread, while it is idle); a
-  pack and its index are written into two of them and renamed into ``objects/pack``;
+  pack and its index are written into two of them and linked into ``objects/pack`` (a link
+  locks only the directory it adds to; the name here is removed later by the writer thread,
+  which frees nothing, since the file keeps its other name);
 * :class:`RefFiles` is a ring of small files, each keeping a name of its own here, that a
   ref's value is written into in turn.  The one in use is linked as the ref's lock and
   renamed over the ref; the file it replaces still has its name here, so nothing is freed,
@@ -180,6 +182,7 @@ class Spares:
         # files to empty and use before making any: (path, when first found still open)
         self._freed: deque[tuple[str, float | None]] = deque((path, None) for path in reuse)
         self._busy: deque[tuple[str, float | None]] = deque()  # found open elsewhere: try later
+        self._used: deque[str] = deque()  # names of files taken and linked elsewhere
         self._reusing = _LEASES
         self._closed = False
         self.made = 0  # files created, as opposed to reused (for tests and benchmarks)
@@ -230,6 +233,38 @@ class Spares:
         missing = self._want - len(self._stock)
         for _ in range(missing if most is None else min(most, missing)):
             self._stock.append(self._make())
+
+    def used(self, path: str) -> None:
+        """``path`` was taken, written and linked where it belongs; its name here goes later
+        (:meth:`tidy`), since removing it now would wait on this directory's lock."""
+        self._used.append(path)
+
+    @property
+    def untidy(self) -> bool:
+        return bool(self._used)
+
+    @property
+    def cluttered(self) -> bool:
+        """So many names of used files that they are removed even under load."""
+        return len(self._used) > 2 * self._most + 64
+
+    def tidy(self, most: int) -> None:
+        """Remove up to ``most`` names of used files (the files live on under their other
+        name); a file whose other name is gone meanwhile (a repack merged its pack) is
+        reused instead."""
+        for _ in range(most):
+            try:
+                path = self._used.popleft()
+            except IndexError:
+                return
+            try:
+                links = os.lstat(path).st_nlink
+            except FileNotFoundError:
+                continue
+            if links == 1 and self._reusing and not self._closed:
+                self._freed.append((path, None))
+            else:
+                _unlink(path)
 
     def close(self) -> None:
         """Stop; the stock and the freed files stay, for the next writer (:func:`leftovers`)."""

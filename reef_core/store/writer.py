@@ -307,22 +307,32 @@ class GroupCommitWriter:
         """The next thing queued; until it comes, spare files are made while nothing is being
         written (a few at a time, looking again between them), or at once if they run short."""
         while True:
-            if self._spares.short:
-                self._restock(_SPARE_CHUNK)
+            if self._spares.short or self._spares.cluttered:
+                self._tidy()
+                if self._spares.short:
+                    self._restock(_SPARE_CHUNK)
             wait = None
-            if self._spares.low:
+            if self._spares.low or self._spares.untidy:
                 idle = time.monotonic() - self._last_write
                 if idle >= _IDLE_S and self._queue.empty():
                     if not self._filling:
                         self._filling = True
                         self._spares.plan()
-                    self._restock(_SPARE_CHUNK)
+                    self._tidy()  # first: it may give files back for the stock
+                    if self._spares.low:
+                        self._restock(_SPARE_CHUNK)
                     continue
                 wait = max(_IDLE_S - idle, 0.001)
             try:
                 return self._queue.get(timeout=wait)
             except queue.Empty:
                 continue
+
+    def _tidy(self) -> None:
+        try:
+            self._spares.tidy(4 * _SPARE_CHUNK)
+        except OSError:
+            log.warning("could not tidy %s", self._spares.directory, exc_info=True)
 
     def _restock(self, most: int) -> None:
         """Make spare files for the commits to come; runs without the commit lock, so an

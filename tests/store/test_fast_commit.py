@@ -135,7 +135,9 @@ def test_scratch_files_left_at_close_are_the_next_writers_spare_files(store: Sto
 
 
 def _spares(scratch: Path) -> list[Path]:
-    return sorted(scratch.glob("pack-*"))
+    """The stock: empty files with no other name (a used one is a pack's second name until
+    the writer tidies up)."""
+    return sorted(p for p in scratch.glob("pack-*") if p.stat().st_nlink == 1 and p.stat().st_size == 0)
 
 
 def test_spare_files_are_made_while_the_writer_is_idle_sized_to_the_last_burst(tmp_path: Path, monkeypatch):
@@ -269,4 +271,42 @@ def test_with_fsync_on_both_paths_write_what_git_reads(tmp_path: Path):
         first = scenario.append_sync("record", {"n": 1})
         second = scenario.append("record", {"n": 2}, now=True).result()
         assert subject_ids(scenario.path) == [first, second]
+    git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
+
+
+def _second_names(scratch: Path) -> set[int]:
+    """Inodes of the spare files in ``scratch`` that have a name elsewhere too."""
+    found = set()
+    for entry in os.scandir(scratch):
+        if not entry.name.startswith("pack-"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:  # removed by the writer thread meanwhile
+            continue
+        if entry.is_file(follow_symlinks=False) and info.st_nlink > 1:
+            found.add(info.st_ino)
+    return found
+
+
+def test_a_written_pack_keeps_its_spare_name_until_the_writer_thread_tidies_up(store: Store, monkeypatch):
+    with store.open("s", create=True) as scenario:
+        scratch = scenario.path / SCRATCH_DIR
+        pack_dir = scenario.path / "objects" / "pack"
+        scenario.append_sync("record", {"n": 0})
+        assert wait_for(lambda: not _second_names(scratch) and len(_spares(scratch)) == 64)
+        monkeypatch.setattr(writer_module, "_IDLE_S", 1.0)
+        before = {p.stat().st_ino for p in pack_dir.iterdir()}
+        for n in range(1, 11):  # fewer files than the stock holds: no restocking meanwhile
+            scenario.append("record", {"n": n}, now=True).result()
+        written = {p.stat().st_ino for p in pack_dir.iterdir()} - before
+        # linked into objects/pack (a link waits on no lock the writer thread may hold) ...
+        assert len(written) == 20 and _second_names(scratch) == written
+        monkeypatch.setattr(writer_module, "_IDLE_S", 0.02)
+        # ... and the spare's name goes when the writer thread next runs (here: to write an
+        # item handed to it) and is idle; the packs stay
+        scenario.append_sync("record", {"n": 11})
+        assert wait_for(lambda: not _second_names(scratch))
+        assert written < {p.stat().st_ino for p in pack_dir.iterdir()}
+    assert len(subject_ids(store.path_of("s"))) == 12
     git("--git-dir", str(store.path_of("s")), "fsck", "--strict", "--no-dangling")
