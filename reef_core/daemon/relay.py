@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from reef_core.wire import anthropic as anthropic_wire
 from reef_core.wire import openai as openai_wire
@@ -21,8 +21,7 @@ from reef_core.wire.translate import AnthropicToOpenAIStream, OpenAIToAnthropicS
 __all__ = ["Out", "StreamRelay", "make_relay"]
 
 
-@dataclass(frozen=True)
-class Out:
+class Out(NamedTuple):
     """One event for the client: its SSE event name, data text, and the parsed data."""
 
     event: str | None

@@ -108,6 +108,11 @@ class SSEDecoder:
 
 def encode_event(data: str, event: str | None = None) -> bytes:
     """One event as bytes: an optional ``event:`` line, one ``data:`` line per data line."""
+    if "\n" not in data and "\r" not in data:  # one data line: JSON, as nearly always
+        if event is None:
+            return b"data: " + data.encode() + b"\n\n"
+        if "\n" not in event and "\r" not in event:
+            return f"event: {event}\ndata: {data}\n\n".encode()
     lines: list[str] = []
     if event is not None:
         if _LINE_BREAK.search(event):
