@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reef_core.store import Store, StoreOptions
+from reef_core.store.scratch import SCRATCH_DIR
 
 BODY = {
     "route": "chat.completions",
@@ -109,8 +110,15 @@ def measure_naive(scenario, n: int) -> float:
     return rate
 
 
-def disk_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def disk_bytes(path: Path, *, under: str | None = None) -> int:
+    """Bytes in the files under ``path`` (or only those under ``path / under``), each file
+    counted once however many names it has."""
+    seen: dict[int, int] = {}
+    for f in (path / under if under else path).rglob("*"):
+        if f.is_file() and (under or SCRATCH_DIR not in f.relative_to(path).parts):
+            info = f.stat()
+            seen[info.st_ino] = info.st_size
+    return sum(seen.values())
 
 
 def main() -> None:
@@ -154,6 +162,7 @@ def main() -> None:
         scenario.close()
         path = store.path_of("bench")
         size_bytes = disk_bytes(path)
+        scratch_bytes = disk_bytes(path, under=SCRATCH_DIR)
         fsck_start = time.perf_counter()
         fsck = subprocess.run(["git", "-C", str(path), "fsck", "--no-dangling"], capture_output=True)
         fsck_s = time.perf_counter() - fsck_start
@@ -169,6 +178,7 @@ def main() -> None:
         f"disk: {size_bytes / total:,.0f} bytes per record at {total:,} records, packed "
         f"({size_bytes / 1e6:.1f} MB); git fsck {fsck_s:.1f}s {'clean' if fsck.returncode == 0 else 'FAILED'}"
     )
+    print(f"       plus {scratch_bytes / 1e6:.1f} MB of merged packs' files kept for reuse ({SCRATCH_DIR}/)")
     print(
         f"background repacks: {repacks} runs, {repack_s:.1f}s in all, "
         f"{repack_s / total * 1e6:.0f} us per record written"

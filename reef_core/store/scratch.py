@@ -212,7 +212,7 @@ class Spares:
         when they cannot be used here (closed, or no leases): the caller removes them."""
         if self._closed or not self._reusing:
             return False
-        room = max(0, 4 * self._most - len(self._freed))  # beyond that: freed, as before
+        room = max(0, 2 * self._most - len(self._freed))  # beyond that: freed, as before
         for path in paths[room:]:
             _unlink(path)
         self._freed.extend((path, None) for path in paths[:room])
@@ -241,7 +241,8 @@ class Spares:
 
     @property
     def untidy(self) -> bool:
-        return bool(self._used)
+        """Names of used files to remove, or freed files to empty (:meth:`tidy`)."""
+        return bool(self._used) or bool(self._freed)
 
     @property
     def cluttered(self) -> bool:
@@ -249,14 +250,17 @@ class Spares:
         return len(self._used) > 2 * self._most + 64
 
     def tidy(self, most: int) -> None:
-        """Remove up to ``most`` names of used files (the files live on under their other
-        name); a file whose other name is gone meanwhile (a repack merged its pack) is
-        reused instead."""
+        """Up to ``most`` steps of housekeeping, for an idle writer thread: remove the names
+        of used files (the files live on under their other name; one whose other name is
+        gone, since a repack merged its pack, is reused instead), then empty freed files
+        into the stock, so what they held takes no space (the stock may grow past its aim
+        this way: an empty file costs an inode, no block)."""
         for _ in range(most):
             try:
                 path = self._used.popleft()
             except IndexError:
-                return
+                break
+            most -= 1
             try:
                 links = os.lstat(path).st_nlink
             except FileNotFoundError:
@@ -265,11 +269,27 @@ class Spares:
                 self._freed.append((path, None))
             else:
                 _unlink(path)
+        for _ in range(most):
+            try:
+                path, since = self._freed.popleft()
+            except IndexError:
+                return
+            if self._reuse(path, since):
+                self.reused += 1
+                self._stock.append(path)
 
     def close(self) -> None:
-        """Stop; the stock and the freed files stay, for the next writer (:func:`leftovers`)."""
+        """Stop; the stock and the freed files stay, for the next writer (:func:`leftovers`),
+        and the names of used files go (their packs keep their other name)."""
         self._closed = True
         self._want = self._most = 0
+        while self._used:
+            path = self._used.popleft()
+            try:
+                if os.lstat(path).st_nlink > 1:
+                    _unlink(path)
+            except FileNotFoundError:
+                pass
 
     def _make(self) -> str:
         for _ in range(_TRIES_PER_MAKE):

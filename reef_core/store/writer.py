@@ -228,7 +228,10 @@ class GroupCommitWriter:
     def donate(self, paths: list[str]) -> bool:
         """Files a repack freed, for reuse as spare files; False if this writer cannot take
         them (closed, say), and the caller removes them."""
-        return self._spares.donate(paths)
+        taken = self._spares.donate(paths)
+        if taken:
+            self._queue.put(_RESTOCK)  # wakes the thread, to empty them at the next pause
+        return taken
 
     @property
     def spares(self) -> Spares:

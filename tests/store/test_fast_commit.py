@@ -137,7 +137,15 @@ def test_scratch_files_left_at_close_are_the_next_writers_spare_files(store: Sto
 def _spares(scratch: Path) -> list[Path]:
     """The stock: empty files with no other name (a used one is a pack's second name until
     the writer tidies up)."""
-    return sorted(p for p in scratch.glob("pack-*") if p.stat().st_nlink == 1 and p.stat().st_size == 0)
+    found = []
+    for entry in os.scandir(scratch):
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:  # removed by the writer thread meanwhile
+            continue
+        if entry.name.startswith("pack-") and info.st_nlink == 1 and info.st_size == 0:
+            found.append(Path(entry.path))
+    return sorted(found)
 
 
 def test_spare_files_are_made_while_the_writer_is_idle_sized_to_the_last_burst(tmp_path: Path, monkeypatch):

@@ -15,7 +15,7 @@ from reef_core.ids import parse_item_id
 from reef_core.store import DATA_REF, Store, StoreOptions
 from reef_core.store import scratch as scratch_module
 from reef_core.store.scratch import FREED_DIR, SCRATCH_DIR
-from tests.conftest import git
+from tests.conftest import git, wait_for
 
 
 def small_packs(repo: Path) -> dict[Path, int]:
@@ -37,13 +37,18 @@ def mapped(pid: int) -> set[int]:
 
 
 def test_the_files_of_merged_packs_hold_the_next_commits(tmp_path: Path):
-    store = Store(tmp_path / "state", StoreOptions(pack_every=0, spare_files=64))
+    # a stock of 100 at most, and up to 200 freed files kept
+    store = Store(tmp_path / "state", StoreOptions(pack_every=0, spare_files=100))
     with store.open("s", create=True) as scenario:
         ids = [scenario.append_sync("record", {"n": n}) for n in range(150)]
         merged = small_packs(scenario.path)
         assert len(merged) >= 300
         scenario.packer.pack_now()
         assert not set(merged) & set(small_packs(scenario.path))  # git merged them all
+        # kept, not freed; emptied at the writer's next pause, so they hold no space
+        freed = scenario.path / SCRATCH_DIR / FREED_DIR
+        assert len(list(freed.iterdir())) >= 200
+        assert wait_for(lambda: sum(f.stat().st_size for f in freed.iterdir()) == 0)
         spares = scenario.writer.spares
         made = spares.made
         before = set(small_packs(scenario.path))
