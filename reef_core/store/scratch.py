@@ -251,16 +251,31 @@ class Spares:
 
     def tidy(self, most: int) -> None:
         """Up to ``most`` steps of housekeeping, for an idle writer thread: remove the names
-        of used files (the files live on under their other name; one whose other name is
-        gone, since a repack merged its pack, is reused instead), then empty freed files
-        into the stock, so what they held takes no space (the stock may grow past its aim
-        this way: an empty file costs an inode, no block)."""
-        for _ in range(most):
-            try:
-                path = self._used.popleft()
-            except IndexError:
-                break
+        of used files, then empty freed files into the stock, so what they held takes no
+        space (the stock may grow past its aim this way: an empty file costs an inode, no
+        block)."""
+        most -= self._forget_used(most)
+        while most > 0 and self._freed:
             most -= 1
+            path = self._from_freed(1)
+            if path is not None:
+                self._stock.append(path)
+
+    def close(self) -> None:
+        """Stop; the stock and the freed files stay, for the next writer (:func:`leftovers`),
+        and the names of used files go (their packs keep their other name)."""
+        self._forget_used(len(self._used))
+        self._closed = True
+        self._want = self._most = 0
+
+    def _forget_used(self, most: int) -> int:
+        """Remove up to ``most`` names of used files (each lives on under its other name; one
+        whose other name is gone, since a repack merged its pack, is kept to be reused).
+        Returns how many were looked at."""
+        done = 0
+        while done < most and self._used:
+            path = self._used.popleft()
+            done += 1
             try:
                 links = os.lstat(path).st_nlink
             except FileNotFoundError:
@@ -269,37 +284,24 @@ class Spares:
                 self._freed.append((path, None))
             else:
                 _unlink(path)
-        for _ in range(most):
+        return done
+
+    def _from_freed(self, tries: int) -> str | None:
+        """The first of up to ``tries`` freed files that could be emptied, or None."""
+        for _ in range(tries):
             try:
                 path, since = self._freed.popleft()
             except IndexError:
-                return
-            if self._reuse(path, since):
-                self.reused += 1
-                self._stock.append(path)
-
-    def close(self) -> None:
-        """Stop; the stock and the freed files stay, for the next writer (:func:`leftovers`),
-        and the names of used files go (their packs keep their other name)."""
-        self._closed = True
-        self._want = self._most = 0
-        while self._used:
-            path = self._used.popleft()
-            try:
-                if os.lstat(path).st_nlink > 1:
-                    _unlink(path)
-            except FileNotFoundError:
-                pass
-
-    def _make(self) -> str:
-        for _ in range(_TRIES_PER_MAKE):
-            try:
-                path, since = self._freed.popleft()
-            except IndexError:
-                break
+                return None
             if self._reuse(path, since):
                 self.reused += 1
                 return path
+        return None
+
+    def _make(self) -> str:
+        path = self._from_freed(_TRIES_PER_MAKE)
+        if path is not None:
+            return path
         path = f"{self._prefix}{next(self._numbers)}"
         # 0644, not git's 0444: the file is opened again to be written
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
