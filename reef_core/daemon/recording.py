@@ -17,7 +17,7 @@ from reef_core.store import RawJSON, Scenario
 
 __all__ = ["Exchange", "commit_record", "verbatim"]
 
-# bodies above this are serialised off the event loop
+# requests above this are serialised off the event loop (unless stored as sent: nothing to do)
 _BIG = 512 * 1024
 
 
@@ -105,7 +105,7 @@ async def commit_record(scenario: Scenario, exchange: Exchange, *, alone: bool =
     trailers = {"Status": str(exchange.status), "Route": exchange.route}
     if exchange.model:
         trailers["Model"] = exchange.model
-    if exchange.request_bytes > _BIG:
+    if exchange.request_bytes > _BIG and exchange.request_raw is None:
         future = await asyncio.to_thread(
             scenario.append, "record", document, summary=summary, trailers=trailers
         )

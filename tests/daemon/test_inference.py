@@ -300,8 +300,10 @@ def test_the_record_keeps_the_request_byte_for_byte_as_the_client_sent_it(make_r
     content = b'"caf\\u00e9 \xc3\xa9 \\ud83d\\ude00"'
     compact = b'{"model":"m1", "messages": [{"role":"user","content":%s}],"temperature":0.50}' % content
     pretty = json.dumps({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}, indent=2).encode()
+    # past the size the daemon would serialise in a thread, and the writer writes in its own
+    large = json.dumps({"model": "m1", "messages": [{"role": "user", "content": "x" * 600_000}]}).encode()
     receipts = []
-    for body in (compact, pretty):
+    for body in (compact, pretty, large):
         upstream.script(Text("ok"))
         response = httpx.post(
             f"{reef.url}/v1/chat/completions",
@@ -311,11 +313,11 @@ def test_the_record_keeps_the_request_byte_for_byte_as_the_client_sent_it(make_r
         )
         assert response.status_code == 200, response.text
         receipts.append(response.headers["x-reef-agent-record-id"])
-    for receipt, body in zip(receipts, (compact, pretty), strict=True):
+    for receipt, body in zip(receipts, (compact, pretty, large), strict=True):
         record = reef.reader(SCENARIO).data.get(receipt)
         path = f"data:{parse_item_id(receipt).path}"
         stored = git("-C", reef.repo(SCENARIO), "cat-file", "blob", path).stdout.encode()
         assert stored.count(b"\n") == 1  # a record is one line, whatever the client sent
         assert record.data["request"] == json.loads(body)
-        if body is compact:  # stored as sent: spacing, number spelling, escapes and all
-            assert b'"request":' + compact + b"," in stored
+        if body is not pretty:  # stored as sent: spacing, number spelling, escapes and all
+            assert b'"request":' + body + b"," in stored
