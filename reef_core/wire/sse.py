@@ -70,6 +70,18 @@ class SSEDecoder:
         if self._after_cr and text.startswith("\n"):
             text = text[1:]
         self._after_cr = False
+        if "\r" not in text:  # lines end in \n alone, as nearly always: split, no regex
+            lines = text.split("\n")
+            rest = lines.pop()  # after the last break: a line not complete yet ("" if none)
+            if lines and self._line:
+                self._line.append(lines[0])
+                lines[0] = "".join(self._line)
+                self._line = []
+            for line in lines:
+                self._one_line(line, events)
+            if rest:
+                self._line.append(rest)
+            return events
         pos = 0
         for match in _LINE_BREAK.finditer(text):
             self._line.append(text[pos : match.start()])
@@ -85,6 +97,9 @@ class SSEDecoder:
     def _line_done(self, events: list[SSEEvent]) -> None:
         line = "".join(self._line)
         self._line = []
+        self._one_line(line, events)
+
+    def _one_line(self, line: str, events: list[SSEEvent]) -> None:
         if not line:
             self._dispatch(events)
             return

@@ -41,6 +41,15 @@ def test_a_split_at_any_byte_gives_the_same_events():
         assert _decode(STREAM[:cut], STREAM[cut:]) == EXPECTED, f"split at byte {cut}"
 
 
+def test_any_two_splits_give_the_same_events():
+    # a chunk with only \n line ends takes a faster path than one with \r: every mix of the
+    # two, with a line carried over from one chunk into the next
+    for first in range(1, len(STREAM), 3):
+        for second in range(first + 1, len(STREAM), 2):
+            chunks = STREAM[:first], STREAM[first:second], STREAM[second:]
+            assert _decode(*chunks) == EXPECTED, f"split at bytes {first} and {second}"
+
+
 def test_byte_by_byte_gives_the_same_events():
     assert _decode(*(STREAM[i : i + 1] for i in range(len(STREAM)))) == EXPECTED
 
