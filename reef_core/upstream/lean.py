@@ -215,6 +215,9 @@ class LeanStream:
         if self._closed:
             return
         self._closed = True
+        if not self._finished and self._received_all:
+            # left at its last event, but its end came in the same read: nothing to drain
+            self._finished = True
         if not self._finished and self._reusable:
             self._owner._drain_later(self)
         else:
@@ -238,6 +241,10 @@ class LeanStream:
             self._owner._release(self._connection, drained and self._reusable)
 
     @property
+    def _received_all(self) -> bool:
+        return self._dechunker.done if self._dechunker is not None else self._left == 0
+
+    @property
     def _reusable(self) -> bool:
         """The connection can serve another request once this answer is read to its end."""
         framed = self._left is not None if self._dechunker is None else not self._dechunker.extra
@@ -249,7 +256,7 @@ class LeanStream:
         framed by ``Content-Length``, or by the close."""
         reader = self._connection[0]
         chunks = self._dechunker
-        while not (chunks.done if chunks is not None else self._left == 0):
+        while not self._received_all:
             size = _READ_SIZE if self._left is None else min(self._left, _READ_SIZE)
             async with asyncio.timeout(each):
                 raw = await reader.read(size)

@@ -182,15 +182,17 @@ def chunk(data: bytes) -> bytes:
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-def streams(first: bytes, rest: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> Handler:
+def streams(
+    first: bytes, rest: Callable[[asyncio.StreamWriter], Awaitable[None]], *, end: bool = False
+) -> Handler:
     """A server that answers every request on a connection with a chunked stream: ``first``
-    as one chunk at once, then whatever ``rest`` writes."""
+    as one chunk at once (``end``: with the closing line), then whatever ``rest`` writes."""
 
     async def handler(reader, writer, state):
         while True:
             await read_request(reader)
             state["requests"].append(1)
-            writer.write(CHUNKED_HEAD + chunk(first))
+            writer.write(CHUNKED_HEAD + chunk(first) + (b"0\r\n\r\n" if end else b""))
             await writer.drain()
             await rest(writer)
 
@@ -238,6 +240,23 @@ def test_a_stream_left_at_its_last_event_keeps_its_connection_only_if_the_rest_a
     state = asyncio.run(run_with(streams(b"data: [DONE]\n\n", rest), calls))
     assert len(state["requests"]) == 2
     assert state["connections"] == (1 if finishes else 2)
+
+
+def test_a_stream_whose_end_came_with_its_last_event_is_pooled_at_once():
+    async def rest(writer):
+        return  # the closing line went out with the event, in the same write
+
+    async def calls(lean, state):
+        for _ in range(3):
+            answer = await lean.stream("/s", {}, b"{}")
+            async for piece in answer.chunks():
+                assert piece == b"data: [DONE]\n\n"
+                break  # what the daemon does at a stream's last event
+            answer.close()
+            assert not lean._draining and len(lean._idle) == 1  # no reading left to do
+
+    state = asyncio.run(run_with(streams(b"data: [DONE]\n\n", rest, end=True), calls))
+    assert len(state["requests"]) == 3 and state["connections"] == 1
 
 
 def test_streams_framed_by_length_by_the_close_or_gzipped_read_whole():
