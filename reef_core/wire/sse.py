@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from reef_core.errors import InvalidInput
 
@@ -22,8 +22,7 @@ __all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
-@dataclass(frozen=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
     """One dispatched event: its ``event:`` name (None when absent) and its data lines."""
 
     event: str | None
