@@ -218,6 +218,15 @@ def test_a_stream_arrives_as_it_is_sent_and_its_connection_serves_the_next_reque
     assert state["connections"] == 1
 
 
+async def stop_at_last_event(lean: LeanHTTP) -> None:
+    """What the daemon does with a stream: read it up to its last event, then close it."""
+    answer = await lean.stream("/s", {}, b"{}")
+    async for piece in answer.chunks():
+        assert piece == b"data: [DONE]\n\n"
+        break
+    answer.close()
+
+
 @pytest.mark.parametrize("finishes", [True, False])
 def test_a_stream_left_at_its_last_event_keeps_its_connection_only_if_the_rest_arrives(monkeypatch, finishes):
     monkeypatch.setattr("reef_core.upstream.lean._DRAIN_S", 0.3)
@@ -230,11 +239,7 @@ def test_a_stream_left_at_its_last_event_keeps_its_connection_only_if_the_rest_a
 
     async def calls(lean, state):
         for _ in range(2):
-            answer = await lean.stream("/s", {}, b"{}")
-            async for piece in answer.chunks():
-                assert piece == b"data: [DONE]\n\n"
-                break  # what the daemon does at a stream's last event
-            answer.close()
+            await stop_at_last_event(lean)
             await asyncio.sleep(0.5)
 
     state = asyncio.run(run_with(streams(b"data: [DONE]\n\n", rest), calls))
@@ -248,11 +253,7 @@ def test_a_stream_whose_end_came_with_its_last_event_is_pooled_at_once():
 
     async def calls(lean, state):
         for _ in range(3):
-            answer = await lean.stream("/s", {}, b"{}")
-            async for piece in answer.chunks():
-                assert piece == b"data: [DONE]\n\n"
-                break  # what the daemon does at a stream's last event
-            answer.close()
+            await stop_at_last_event(lean)
             assert not lean._draining and len(lean._idle) == 1  # no reading left to do
 
     state = asyncio.run(run_with(streams(b"data: [DONE]\n\n", rest, end=True), calls))
