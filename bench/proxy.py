@@ -169,13 +169,40 @@ def cpu_ns(pid: int) -> int | None:
         return None
 
 
+def children_cpu_ns(pid: int) -> int | None:
+    """Nanoseconds the children ``pid`` has waited for ran (its git repacks), user + system."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CPU:
+    """reef's CPU time over a stretch of the run: its own threads, and its finished repacks."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.own = cpu_ns(pid)
+        self.git = children_cpu_ns(pid)
+
+    def per_request(self, requests: int) -> str:
+        own, git = cpu_ns(self.pid), children_cpu_ns(self.pid)
+        if None in (own, git, self.own, self.git):
+            return "reef CPU unknown"
+        own_us = (own - self.own) / requests / 1000
+        git_us = (git - self.git) / requests / 1000
+        return f"reef CPU {own_us:5.0f} us per recorded request (all its threads) + git repacks {git_us:4.0f}"
+
+
 async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -> None:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         await sequential(session, direct, reef, 30, False)  # warm both paths
         ms = 1000.0
-        cpu_before = cpu_ns(reef_pid)
+        cpu = CPU(reef_pid)
         lat = await sequential(session, direct, reef, args.requests, False)
-        cpu_after = cpu_ns(reef_pid)
+        used = cpu.per_request(args.requests)
         d = [t for _, t in lat["direct"]]
         r = [t for _, t in lat["reef"]]
         print(
@@ -184,10 +211,8 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -
             f"added p50 {(pct(r, 0.5) - pct(d, 0.5)) * ms:5.2f} ms  "
             f"p99 {(pct(r, 0.99) - pct(d, 0.99)) * ms:5.2f} ms"
         )
-        if cpu_before is not None and cpu_after is not None:
-            # what the machine's speed swings move less than latency: reef's own work
-            per_request = (cpu_after - cpu_before) / args.requests / 1000
-            print(f"c=1 non-stream   reef CPU {per_request:5.0f} us per recorded request (all its threads)")
+        # what the machine's speed swings move less than latency: reef's own work
+        print(f"c=1 non-stream   {used}")
         st = await sequential(session, direct, reef, max(100, args.requests // 2), True)
         df = [f for f, _ in st["direct"]]
         rf = [f for f, _ in st["reef"]]
@@ -211,12 +236,15 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -
         n = args.requests * 6
         for stream in (False, True):
             direct_rate = await concurrent(session, direct, n, 64, stream)
+            cpu = CPU(reef_pid)
             reef_rate = await concurrent(session, reef, n, 64, stream)
+            used = cpu.per_request(n)
             kind = "stream    " if stream else "non-stream"
             print(
                 f"c=64 {kind}  direct {direct_rate:7.0f} req/s | reef {reef_rate:7.0f} req/s recorded | "
                 f"ratio {reef_rate / direct_rate:4.2f}"
             )
+            print(f"c=64 {kind}  {used}")
 
 
 def records(state: Path) -> int:

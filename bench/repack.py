@@ -1,0 +1,140 @@
+"""Repack benchmark: git CPU per record and bytes per record as a scenario grows.
+
+    python bench/repack.py [--rounds 16] [--per-round 1500] [--quick]
+
+Two scenarios are filled with the same records, written as the daemon writes them under load
+(batches of 15, one small pack each).  After every round each is repacked, with git's CPU
+time (user + system, the git children only) summed per record:
+
+* ``one -F``: the baseline, a single ``git repack -d -F --geometric=2`` over every pack, as
+  reef did before (every pack a merge touches has its deltas searched again);
+* ``two-step``: what the packer does now (``reef_core/store/packer.py``): the writer's packs
+  are compressed once, git's packs are merged reusing their deltas.
+
+It prints both per round, then the totals and their ratio; ``git fsck`` checks both at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reef_core.store import Store, StoreOptions
+from reef_core.store.packer import GIT_COMMAND, compress_step, merge_step
+
+REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Say hello in a short sentence."}]}
+
+
+def record(n: int) -> dict:
+    """A streamed exchange, shaped as the daemon records one (bench/proxy.py's load)."""
+    return {
+        "route": "chat.completions",
+        "client_format": "openai",
+        "upstream_format": "openai",
+        "model": "bench",
+        "stream": True,
+        "status": 200,
+        "complete": True,
+        "error": None,
+        "release": None,
+        "tags": {"run": str(n % 13)},
+        "timings": {"total_ms": 5.1 + n % 7, "ttfb_ms": 1.2},
+        "request": REQUEST,
+        "response": {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": 1_700_000_000 + n,
+            "model": "bench",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"Hello there, this is answer {n}."},
+                    "finish_reason": "stop",
+                }
+            ],
+        },
+    }
+
+
+def git_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def one_step(repo: Path) -> None:
+    subprocess.run(
+        [*GIT_COMMAND, "-C", str(repo), "repack", "-d", "-q", "-n", "-F", "--geometric=2"], check=True
+    )
+
+
+def two_step(repo: Path) -> None:
+    subprocess.run([*GIT_COMMAND, *compress_step(repo)], check=True)
+    subprocess.run([*GIT_COMMAND, *merge_step(repo)], check=True)
+
+
+def pack_bytes(repo: Path) -> int:
+    return sum(p.stat().st_size for p in (repo / "objects" / "pack").iterdir())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=16)
+    parser.add_argument("--per-round", type=int, default=1500)
+    parser.add_argument("--quick", action="store_true", help="8 rounds of 1,000")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.per_round = 8, 1000
+    strategies = {"one -F": one_step, "two-step": two_step}
+    base = Path(tempfile.mkdtemp(prefix="reef-repack-bench-"))
+    try:
+        scenarios = {
+            name: Store(base / str(i), StoreOptions(pack_every=0)).open("s", create=True)
+            for i, name in enumerate(strategies)
+        }
+        cpu = dict.fromkeys(strategies, 0.0)
+        written = 0
+        for round_ in range(args.rounds):
+            for first in range(written, written + args.per_round, 15):
+                batch = [record(n) for n in range(first, min(first + 15, written + args.per_round))]
+                futures = [s.append("record", r) for s in scenarios.values() for r in batch]
+                for future in futures:
+                    future.result()
+            written += args.per_round
+            line = [f"round {round_ + 1:2d} ({written:6d} records)"]
+            for name, repack in strategies.items():
+                repo = scenarios[name].path
+                before = git_cpu()
+                repack(repo)
+                spent = git_cpu() - before
+                cpu[name] += spent
+                packs = len(list((repo / "objects" / "pack").glob("*.pack")))
+                line.append(
+                    f"{name}: {spent:5.2f} s, {packs} packs, {pack_bytes(repo) / written:4.0f} B/record"
+                )
+            print(" | ".join(line), flush=True)
+        for scenario in scenarios.values():
+            scenario.close()
+            fsck = ["git", "-C", str(scenario.path), "fsck", "--no-dangling", "--no-progress"]
+            subprocess.run(fsck, check=True, capture_output=True)
+        per = {name: cpu[name] / written * 1e6 for name in strategies}
+        size = {name: pack_bytes(scenarios[name].path) / written for name in strategies}
+        print(
+            f"git CPU per record: one -F {per['one -F']:.0f} us, two-step {per['two-step']:.0f} us "
+            f"(ratio {per['two-step'] / per['one -F']:.2f}); bytes per record: "
+            f"{size['one -F']:.0f} vs {size['two-step']:.0f} (ratio {size['two-step'] / size['one -F']:.3f})"
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
