@@ -6,6 +6,7 @@ the other format), answered, and recorded; the answer carries the receipt.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -34,6 +35,9 @@ __all__ = ["routes"]
 log = logging.getLogger(__name__)
 
 RECEIPT_HEADER = "x-reef-agent-record-id"
+# A stream's status and headers wait this long for its first event, to go out in one send
+# with it; an upstream slower than that to start answering gets them sent on their own.
+_HEADERS_WAIT_S = 0.01
 RELEASE_HEADER = "x-reef-release-id"
 _UPSTREAM_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _ROUTE_NAMES = {"openai": "chat.completions", "anthropic": "messages"}
@@ -219,6 +223,23 @@ async def _record_failure(scenario: Scenario | None, exchange: Exchange, error: 
         await commit_record(scenario, exchange)
 
 
+class _EventStream(web.StreamResponse):
+    """An SSE answer whose headers are held for its first event (aiohttp >= 3.12 buffers
+    them on request; older versions send them at once, as before)."""
+
+    _send_headers_immediately = False
+
+
+def _send_headers(writer: Any) -> None:
+    """Timer callback: the headers a stream still holds go out on their own."""
+    try:
+        send = getattr(writer, "send_headers", None)
+        if send is not None:
+            send()
+    except (ConnectionResetError, ConnectionError):
+        pass  # the client left; the stream's next write finds out
+
+
 async def _stream(request, daemon, scenario, exchange, path, forward, headers, query, response_headers, name):
     try:
         upstream = await daemon.upstream.stream(
@@ -230,7 +251,7 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
     exchange.status = upstream.status
     exchange.tokens = upstream.extras
     relay = make_relay(exchange.client_format, exchange.upstream_format, exchange.model or "")
-    response = web.StreamResponse(
+    response = _EventStream(
         status=200,
         headers={
             "Content-Type": "text/event-stream",
@@ -239,8 +260,10 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
         },
     )
     client_gone = False
+    flush = None
     try:
-        await response.prepare(request)
+        writer = await response.prepare(request)
+        flush = asyncio.get_running_loop().call_later(_HEADERS_WAIT_S, _send_headers, writer)
         decoder = SSEDecoder()
         async for chunk in upstream.chunks():
             # every event this chunk completes goes out in one write: nothing waits for more
@@ -265,6 +288,8 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
     except ValueError as exc:
         exchange.error = f"the upstream sent an unreadable event: {exc}"
     finally:
+        if flush is not None:
+            flush.cancel()
         upstream.close()
     exchange.complete = relay.complete and exchange.error is None
     try:

@@ -106,11 +106,13 @@ class Hang:
 
 @dataclass(frozen=True)
 class Slow:
-    """Streaming with ``interval`` seconds between events.  Non-streaming: waits ``interval`` per
-    word, then answers."""
+    """Streaming with ``interval`` seconds between events, and ``first`` seconds between the
+    headers and the first event (a model reading a long prompt).  Non-streaming: waits
+    ``interval`` per word, then answers."""
 
     text: str
     interval: float
+    first: float = 0.0
 
 
 Reply = Text | ToolCall | Error | Delay | Reset | Hang | Slow
@@ -601,6 +603,7 @@ class ScriptedUpstream:
         if isinstance(reply, Reset):
             events = events[: max(0, reply.after_chunks)]
         interval = reply.interval if isinstance(reply, Slow) else 0.0
+        first = reply.first if isinstance(reply, Slow) else 0.0
 
         resp = web.StreamResponse(
             status=200,
@@ -614,7 +617,8 @@ class ScriptedUpstream:
         try:
             await resp.prepare(request)
             for i, data in enumerate(events):
-                if i and interval and not await self._pause(request, interval):
+                wait = interval if i else first
+                if wait and not await self._pause(request, wait):
                     return self._drop(request, resp)
                 await resp.write(data)
         except ConnectionError:
