@@ -109,9 +109,10 @@ async def commit_record(scenario: Scenario, exchange: Exchange, *, alone: bool =
         future = await asyncio.to_thread(
             scenario.append, "record", document, summary=summary, trailers=trailers
         )
-    else:
-        future = scenario.append("record", document, summary=summary, trailers=trailers, now=alone)
-        if future.done():
-            return future.result()
-    # shielded: a client that goes away must not cancel the write of what it was served
-    return await asyncio.shield(asyncio.wrap_future(future))
+        # shielded: a client that goes away must not cancel the write of what it was served
+        return await asyncio.shield(asyncio.wrap_future(future))
+    waiting = scenario.append_in_loop("record", document, summary=summary, trailers=trailers, now=alone)
+    if waiting.done():
+        return waiting.result()
+    # a client that goes away cancels only this wait: the record is written all the same
+    return await waiting

@@ -11,6 +11,7 @@ sit beside a running daemon.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -107,6 +108,19 @@ class Scenario(ScenarioReader):
         ``now``: write it in this thread if the writer is idle (see ``GroupCommitWriter.submit``).
         """
         return self.writer.submit(kind, body, summary=summary, trailers=trailers, now=now)
+
+    def append_in_loop(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        *,
+        summary: str = "",
+        trailers: Mapping[str, str] | None = None,
+        now: bool = False,
+    ) -> asyncio.Future[str]:
+        """:meth:`append` from an event loop's thread: an asyncio future of that loop
+        (see ``GroupCommitWriter.submit_in_loop``)."""
+        return self.writer.submit_in_loop(kind, body, summary=summary, trailers=trailers, now=now)
 
     def append_sync(self, kind: str, body: Mapping[str, Any], **kwargs: Any) -> str:
         return self.append(kind, body, **kwargs).result()

@@ -20,6 +20,7 @@ calls, none of which creates or frees a file (``scratch.py``) or touches libgit2
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import json
 import logging
@@ -74,7 +75,8 @@ class _Pending:
     payload: bytes
     summary: str
     trailers: Mapping[str, str]
-    future: Future[str]
+    future: Future[str] | asyncio.Future[str]
+    loop: asyncio.AbstractEventLoop | None = None  # the loop that owns ``future``, if asyncio's
 
 
 class RawJSON(bytes):
@@ -177,12 +179,46 @@ class GroupCommitWriter:
         time.  Otherwise it is queued as usual, so nothing ever overtakes an item written
         before it.
         """
+        future: Future[str] = Future()
+        self._submit(kind, body, summary, trailers, now, future, None)
+        return future
+
+    def submit_in_loop(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        *,
+        summary: str = "",
+        trailers: Mapping[str, str] | None = None,
+        now: bool = False,
+    ) -> asyncio.Future[str]:
+        """:meth:`submit` from an event loop's thread, for an asyncio future of that loop.
+
+        The writer settles all of a batch's futures of one loop with one call into it, where
+        ``asyncio.wrap_future`` would take a thread-safe hand-over per item (about 14 us of
+        CPU less per item).  Cancelling the future only stops waiting: the item is written
+        all the same.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        self._submit(kind, body, summary, trailers, now, future, loop)
+        return future
+
+    def _submit(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        summary: str,
+        trailers: Mapping[str, str] | None,
+        now: bool,
+        future: Future[str] | asyncio.Future[str],
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
         if kind not in KINDS:
             raise InvalidInput(f"unknown item kind {kind!r}", field="kind")
         clash = [key for key in _RESERVED if key in body]
         if clash:
             raise InvalidInput(f"field {clash[0]!r} is set by the store", field=clash[0])
-        future: Future[str] = Future()
         with self._submit_lock:
             if self._closed:
                 raise StoreError(f"scenario {self._handle.path.stem} is closed")
@@ -195,7 +231,7 @@ class GroupCommitWriter:
                 raise
             except (TypeError, ValueError) as exc:
                 raise InvalidInput(f"{kind} is not JSON-serialisable: {exc}", field="body") from exc
-            pending = _Pending(item_id, payload + b"\n", summary, trailers or {}, future)
+            pending = _Pending(item_id, payload + b"\n", summary, trailers or {}, future, loop)
             inline = (
                 now
                 and len(pending.payload) <= _INLINE_MAX
@@ -206,7 +242,7 @@ class GroupCommitWriter:
             if not inline:
                 self._queued += 1
                 self._queue.put(pending)
-                return future
+                return
         try:
             self._write([pending])
             restock = self._spares.short  # else the thread tops the stock up once idle
@@ -214,7 +250,6 @@ class GroupCommitWriter:
             self._commit_lock.release()
         if restock:
             self._queue.put(_RESTOCK)
-        return future
 
     def close(self, timeout: float | None = 30) -> None:
         """Write everything already queued, then stop the thread."""
@@ -294,12 +329,9 @@ class GroupCommitWriter:
         if failure is not None:
             log.error("writing %d item(s) to %s failed", len(batch), self._handle.path, exc_info=failure)
             error = failure if isinstance(failure, StoreError) else StoreError(f"write failed: {failure}")
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(error)
+            _settle_all(batch, error)
             return
-        for pending in batch:
-            pending.future.set_result(str(pending.item_id))
+        _settle_all(batch, None)
         if self._on_batch is not None:
             try:
                 self._on_batch(len(batch), sum(len(pending.payload) for pending in batch))
@@ -476,3 +508,36 @@ class _HotTree:
                 newest = max(node.children)
                 node.children = {newest: node.children[newest]}
                 node = node.children[newest]
+
+
+def _settle_all(batch: list[_Pending], error: Exception | None) -> None:
+    """Tell a batch's callers: each its id, or ``error``; asyncio futures one call per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any]]] = {}
+    for pending in batch:
+        outcome = str(pending.item_id) if error is None else error
+        if pending.loop is None:
+            _settle([(pending.future, outcome)])
+        else:
+            by_loop.setdefault(pending.loop, []).append((pending.future, outcome))
+    for loop, settled in by_loop.items():
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is here:  # written inline, in the loop's own thread
+            _settle(settled)
+            continue
+        try:
+            loop.call_soon_threadsafe(_settle, settled)
+        except RuntimeError:  # that loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle(settled: list[tuple[Any, Any]]) -> None:
+    for future, outcome in settled:
+        if future.done():  # cancelled: its caller stopped waiting
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
