@@ -109,18 +109,10 @@ class Scenario(ScenarioReader):
         """
         return self.writer.submit(kind, body, summary=summary, trailers=trailers, now=now)
 
-    def append_in_loop(
-        self,
-        kind: str,
-        body: Mapping[str, Any],
-        *,
-        summary: str = "",
-        trailers: Mapping[str, str] | None = None,
-        now: bool = False,
-    ) -> asyncio.Future[str]:
-        """:meth:`append` from an event loop's thread: an asyncio future of that loop
-        (see ``GroupCommitWriter.submit_in_loop``)."""
-        return self.writer.submit_in_loop(kind, body, summary=summary, trailers=trailers, now=now)
+    def append_in_loop(self, kind: str, body: Mapping[str, Any], **options: Any) -> asyncio.Future[str]:
+        """:meth:`append` (same options) from an event loop's thread: an asyncio future of
+        that loop (see ``GroupCommitWriter.submit_in_loop``)."""
+        return self.writer.submit_in_loop(kind, body, **options)
 
     def append_sync(self, kind: str, body: Mapping[str, Any], **kwargs: Any) -> str:
         return self.append(kind, body, **kwargs).result()
