@@ -209,9 +209,13 @@ class Spares:
 
     def donate(self, paths: list[str]) -> bool:
         """Take files a repack freed (see :func:`sort_freed`) for reuse; any thread.  False
-        when they cannot be used here (closed, or no leases): the caller removes them."""
-        if self._closed or not self._reusing:
+        when they cannot be reused (no leases): the caller removes them.  Once this writer is
+        closed they stay where they are, for the next one (:func:`leftovers`): a repack that
+        ends after the daemon stopped frees nothing."""
+        if not self._reusing:
             return False
+        if self._closed:
+            return True
         room = max(0, 2 * self._most - len(self._freed))  # beyond that: freed, as before
         for path in paths[room:]:
             _unlink(path)
