@@ -35,12 +35,12 @@ __all__ = ["routes"]
 log = logging.getLogger(__name__)
 
 RECEIPT_HEADER = "x-reef-agent-record-id"
-# A stream's status and headers wait this long for its first event, to go out in one send
-# with it; an upstream slower than that to start answering gets them sent on their own.
-_HEADERS_WAIT_S = 0.01
 RELEASE_HEADER = "x-reef-release-id"
 _UPSTREAM_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _ROUTE_NAMES = {"openai": "chat.completions", "anthropic": "messages"}
+# A stream's status and headers wait this long for its first event, to go out in one send
+# with it; an upstream slower than that to start answering gets them sent on their own.
+_HEADERS_WAIT_S = 0.01
 
 routes = web.RouteTableDef()
 
@@ -224,8 +224,8 @@ async def _record_failure(scenario: Scenario | None, exchange: Exchange, error: 
 
 
 class _EventStream(web.StreamResponse):
-    """An SSE answer whose headers are held for its first event (aiohttp >= 3.12 buffers
-    them on request; older versions send them at once, as before)."""
+    """An SSE answer whose headers are held for its first event (by the aiohttp versions
+    that can buffer them; older ones send them at once, as before)."""
 
     _send_headers_immediately = False
 
