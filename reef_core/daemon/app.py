@@ -135,7 +135,7 @@ def _local_engine(cache_dir: Path, settings: Settings):  # -> LocalEngine | None
 def settle_heap() -> None:
     """Tune the cyclic garbage collector for a long-running daemon, once started.
 
-    What exists at startup (modules, the app, open scenarios) lives as long as the process,
+    What exists at startup (modules, the app) lives as long as the process,
     so it is moved out of the collector's sight (``gc.freeze``); and the youngest generation
     is collected every 10,000 allocations instead of 700, since a request's garbage (parsed
     JSON, events) is freed by reference counting, not by the collector.  Measured with
