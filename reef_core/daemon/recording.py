@@ -9,6 +9,7 @@ group-commit writer; the receipt is returned only once the commit is on the bran
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,13 +107,13 @@ async def commit_record(scenario: Scenario, exchange: Exchange, *, alone: bool =
     if exchange.model:
         trailers["Model"] = exchange.model
     if exchange.request_bytes > _BIG and exchange.request_raw is None:
-        future = await asyncio.to_thread(
-            scenario.append, "record", document, summary=summary, trailers=trailers
-        )
-        # shielded: a client that goes away must not cancel the write of what it was served
-        return await asyncio.shield(asyncio.wrap_future(future))
-    waiting = scenario.append_in_loop("record", document, summary=summary, trailers=trailers, now=alone)
-    if waiting.done():
-        return waiting.result()
+        # serialised in a worker thread, so the loop keeps serving meanwhile
+        loop = asyncio.get_running_loop()
+        append = functools.partial(scenario.append_in_loop, loop=loop, summary=summary, trailers=trailers)
+        waiting = await asyncio.to_thread(append, "record", document)
+    else:
+        waiting = scenario.append_in_loop("record", document, summary=summary, trailers=trailers, now=alone)
+        if waiting.done():
+            return waiting.result()
     # a client that goes away cancels only this wait: the record is written all the same
     return await waiting

@@ -110,8 +110,8 @@ class Scenario(ScenarioReader):
         return self.writer.submit(kind, body, summary=summary, trailers=trailers, now=now)
 
     def append_in_loop(self, kind: str, body: Mapping[str, Any], **options: Any) -> asyncio.Future[str]:
-        """:meth:`append` (same options) from an event loop's thread: an asyncio future of
-        that loop (see ``GroupCommitWriter.submit_in_loop``)."""
+        """:meth:`append` (same options) for an asyncio future of the running loop, or of
+        ``loop=`` (see ``GroupCommitWriter.submit_in_loop``)."""
         return self.writer.submit_in_loop(kind, body, **options)
 
     def append_sync(self, kind: str, body: Mapping[str, Any], **kwargs: Any) -> str:

@@ -313,6 +313,25 @@ def test_upstream_reset_mid_stream_gives_a_clean_error_and_an_incomplete_record(
     assert records[0].data["complete"] is False and records[0].data["error"]
 
 
+def test_a_large_request_on_many_lines_is_recorded_on_one_while_others_are_answered(make_reef, upstream):
+    """Past 512 KB a request that cannot be stored as sent is serialised in a worker thread."""
+    reef = make_reef(api="openai")
+    body = {"model": "m1", "messages": [{"role": "user", "content": "y" * 600_000}]}
+    upstream.script(Text("ok"))
+    response = httpx.post(
+        f"{reef.url}/v1/chat/completions",
+        content=json.dumps(body, indent=2).encode(),
+        headers={"x-reef-scenario": SCENARIO, "content-type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    receipt = response.headers["x-reef-agent-record-id"]
+    stored = git("-C", reef.repo(SCENARIO), "cat-file", "blob", f"data:{parse_item_id(receipt).path}").stdout
+    assert stored.count("\n") == 1
+    assert reef.reader(SCENARIO).data.get(receipt).data["request"] == body
+    assert_recorded(reef, receipt)
+
+
 def test_the_record_keeps_the_request_byte_for_byte_as_the_client_sent_it(make_reef, upstream):
     reef = make_reef(api="openai")
     content = b'"caf\\u00e9 \xc3\xa9 \\ud83d\\ude00"'
