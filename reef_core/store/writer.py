@@ -262,8 +262,9 @@ class GroupCommitWriter:
         self._thread.join(timeout)
 
     def donate(self, paths: list[str]) -> bool:
-        """Files a repack freed, for reuse as spare files; False if this writer cannot take
-        them (closed, say), and the caller removes them."""
+        """Files a repack freed, for reuse as spare files; False if they cannot be reused
+        here (no leases), and the caller removes them.  After close they are left for the
+        next writer (:meth:`Spares.donate`)."""
         taken = self._spares.donate(paths)
         if taken:
             self._queue.put(_RESTOCK)  # wakes the thread, to empty them at the next pause
