@@ -7,13 +7,13 @@ the other format), answered, and recorded; the answer carries the receipt.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
 
 from aiohttp import web
 
+from reef_core import jsonio
 from reef_core.daemon.auth import presented_token
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
@@ -121,7 +121,7 @@ def _upstream_body(raw: bytes, body: dict[str, Any], client_format: str, daemon:
         translated = translate.anthropic_request_to_openai(body)
     if override:
         translated["model"] = override
-    return json.dumps(translated, ensure_ascii=False).encode()
+    return jsonio.dumps(translated)
 
 
 def _translate_answer(answer: Any, client_format: str, upstream_format: str) -> Any:
@@ -195,7 +195,7 @@ async def _answer(request: web.Request, daemon: Daemon, client_format: str) -> w
     exchange.status = reply.status
     exchange.tokens = reply.extras
     try:
-        answer: Any = json.loads(reply.body)
+        answer: Any = jsonio.loads(reply.body)
     except ValueError:
         answer = reply.body.decode("utf-8", "replace")
     client_answer = _translate_answer(answer, client_format, upstream_format)
@@ -338,7 +338,7 @@ async def models(request: web.Request) -> web.Response:
     if client_format == upstream_format:
         return web.Response(body=reply.body, status=reply.status, content_type="application/json")
     try:
-        listing = json.loads(reply.body)
+        listing = jsonio.loads(reply.body)
     except ValueError as exc:
         raise UpstreamUnavailable(f"the upstream's model list is not JSON: {exc}") from None
     if upstream_format == "openai":

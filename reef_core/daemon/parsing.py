@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
+from reef_core import jsonio
 from reef_core.errors import InvalidInput
 from reef_core.ids import validate_scenario_name
 
@@ -34,7 +34,7 @@ def scenario_of_read(request: web.Request) -> str:
 async def json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        body = jsonio.loads(raw)
     except ValueError as exc:
         raise InvalidInput(f"the request body is not valid JSON: {exc}", field="body") from None
     if not isinstance(body, dict):

@@ -9,10 +9,10 @@ can carry the receipt.  When the upstream speaks the other format, a stream tran
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from reef_core import jsonio
 from reef_core.wire import anthropic as anthropic_wire
 from reef_core.wire import openai as openai_wire
 from reef_core.wire.sse import SSEEvent, encode_event
@@ -33,7 +33,7 @@ class Out(NamedTuple):
 
 
 def _out(event: str | None, data: dict[str, Any]) -> Out:
-    return Out(event, json.dumps(data, ensure_ascii=False, separators=(",", ":")), data)
+    return Out(event, jsonio.dumps(data).decode(), data)
 
 
 @dataclass
@@ -72,7 +72,7 @@ class StreamRelay:
             return []
         if not event.data.strip():
             return []
-        data = json.loads(event.data)
+        data = jsonio.loads(event.data)
         if self._to_client is None:  # same format: pass the event through as sent
             if self.client_format == "anthropic" and event.event == "message_stop":
                 self.terminal_seen = True

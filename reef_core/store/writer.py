@@ -34,8 +34,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pygit2
 
+from reef_core import jsonio
 from reef_core.errors import ConflictError, InvalidInput, StoreError
 from reef_core.ids import KINDS, IdGenerator, ItemId
 from reef_core.store.data import DATA_REF, DataReader, format_message, parse_counts
@@ -95,6 +97,10 @@ class _Serialiser:
         self._encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=self._stand_in)
 
     def __call__(self, document: dict[str, Any]) -> bytes:
+        fast = jsonio.dumps_or_none(document, default=_fragment)
+        if fast is not None:
+            return fast
+        # json writes it (see reef_core.jsonio), the raw values spliced in by stand-ins
         self._raw.clear()
         payload = self._encoder.encode(document).encode()
         for n, value in enumerate(self._raw):
@@ -103,12 +109,20 @@ class _Serialiser:
         return payload
 
     def _stand_in(self, value: object) -> str:
-        if not isinstance(value, RawJSON):
-            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-        if b"\n" in value or b"\r" in value:
-            raise InvalidInput("raw JSON must be on one line", field="body")
-        self._raw.append(value)
+        self._raw.append(_checked(value))
         return f"\0{_RAW_MARK}{len(self._raw) - 1}"
+
+
+def _checked(value: object) -> RawJSON:
+    if not isinstance(value, RawJSON):
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    if b"\n" in value or b"\r" in value:
+        raise InvalidInput("raw JSON must be on one line", field="body")
+    return value
+
+
+def _fragment(value: object) -> orjson.Fragment:
+    return orjson.Fragment(bytes(_checked(value)))  # a Fragment takes exactly bytes, no subclass
 
 
 _STOP = object()

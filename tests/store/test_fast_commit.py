@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from reef_core import jsonio
 from reef_core.errors import InvalidInput
 from reef_core.ids import parse_item_id
 from reef_core.store import DATA_REF, RawJSON, Store, StoreOptions
@@ -246,6 +247,19 @@ def test_raw_json_goes_into_the_item_byte_for_byte(scenario):
     assert stored.count(b"\n") == 1  # one line, as every item
     item = scenario.data.get(item_id).data
     assert item["request"] == json.loads(raw) and item["status"] == 200 and item["route"] == "r"
+
+
+def test_raw_json_goes_in_byte_for_byte_also_when_json_writes_the_rest(scenario):
+    # a NaN or an integer past 64 bits (read from a client's text) is written by json, not
+    # orjson (see reef_core.jsonio); the raw request still goes in as it was sent
+    raw = b'{"model": "m", "seed": 123456789012345678901234567890}'
+    answer = jsonio.loads('{"logprob": NaN, "big": 123456789012345678901234567890}')
+    item_id = scenario.append_sync("record", {"request": RawJSON(raw), "response": answer})
+    path = parse_item_id(item_id).path
+    stored = git("--git-dir", str(scenario.path), "cat-file", "blob", f"{DATA_REF}:{path}").stdout.encode()
+    response = b'{"logprob":NaN,"big":123456789012345678901234567890}'
+    assert stored.endswith(b'"request":' + raw + b',"response":' + response + b"}\n")
+    assert scenario.data.get(item_id).data["response"]["big"] == 123456789012345678901234567890
 
 
 def test_raw_json_on_more_than_one_line_is_refused_and_nothing_is_written(scenario):
