@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from reef_core import __version__
 from reef_core.errors import UpstreamTimeout, UpstreamUnavailable
@@ -28,14 +28,12 @@ __all__ = ["LeanHTTP", "LeanReply", "LeanStream"]
 
 _HEAD_LIMIT = 64 * 1024
 _IDLE_KEPT = 32
-_READ_SIZE = 64 * 1024
+_HIGH_WATER = 256 * 1024  # bytes buffered before a connection stops reading
 # an answer left before its end is read to it in the background, within these bounds, so its
 # connection can be kept (a stream's caller stops at its last event, before the chunked
 # encoding's closing line, which has almost always arrived with it)
 _DRAIN_S = 1.0
 _DRAIN_MAX = 64 * 1024
-
-_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,119 @@ class LeanReply:
 
 class _Stale(Exception):
     """A reused connection was closed before any of the answer arrived."""
+
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to the upstream: the bytes as they arrive, taken in whatever pieces
+    they came in.  A protocol rather than asyncio's streams: a read is one future and at most
+    one timer, where a ``StreamReader`` read under ``asyncio.timeout`` costs several times
+    that, for every event of every stream."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self.eof = False  # the upstream closed its side, or the connection is gone
+        self._error: BaseException | None = None
+
+    # -- protocol callbacks ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > _HIGH_WATER and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- for the client --------------------------------------------------------------------
+
+    @property
+    def idle_ok(self) -> bool:
+        """Open, nothing unread: fit to carry the next request."""
+        return not self.eof and not self._buffer and self._transport is not None
+
+    def write(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def read(self, deadline: float | None, most: int | None = None) -> bytes:
+        """What has arrived (at most ``most`` bytes), waiting until ``deadline`` (the loop's
+        clock) for something; ``b""`` once the upstream closed its side."""
+        if not self._buffer:
+            await self._wait(deadline)
+            if not self._buffer:
+                return b""
+        buffer = self._buffer
+        if most is None or most >= len(buffer):
+            data = bytes(buffer)
+            buffer.clear()
+        else:
+            data = bytes(buffer[:most])
+            del buffer[:most]
+        if self._paused and len(buffer) <= _HIGH_WATER // 4 and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return data
+
+    async def read_head(self, deadline: float | None) -> bytes:
+        """The answer's status line and headers, through the blank line that ends them."""
+        while True:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                return await self.read(None, end + 4)
+            if len(self._buffer) > _HEAD_LIMIT:
+                raise asyncio.LimitOverrunError("the response head is too long", len(self._buffer))
+            if self.eof:
+                raise asyncio.IncompleteReadError(bytes(self._buffer), None)
+            await self._wait(deadline)
+
+    async def _wait(self, deadline: float | None) -> None:
+        """Until more bytes arrive or the connection ends; raises the connection's error
+        once nothing is left to read, and TimeoutError past ``deadline``."""
+        if not self.eof:
+            waiter = self._waiter = self._loop.create_future()
+            timer = None if deadline is None else self._loop.call_at(deadline, _expire, waiter)
+            if self._paused and self._transport is not None:  # someone is reading: let it flow
+                self._paused = False
+                self._transport.resume_reading()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        if self.eof and not self._buffer and self._error is not None:
+            raise self._error
 
 
 class LeanHTTP:
@@ -84,11 +195,15 @@ class LeanHTTP:
         lines += [f"{name}: {value}".encode() for name, value in headers.items()]
         lines += [b"User-Agent: reef/" + __version__.encode(), b"Content-Length: %d" % len(body)]
         request = b"\r\n".join(lines) + b"\r\n\r\n" + body
-        if self._idle:
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.idle_ok:  # the server closed it while it waited
+                connection.close()
+                continue
             try:
-                return await self._start(self._idle.pop(), request, reused=True)
+                return await self._start(connection, request, reused=True)
             except _Stale:
-                pass  # the server had closed it: this request never reached it
+                break  # the server had closed it: this request never reached it
         connection = await self._connect()
         try:
             return await self._start(connection, request, reused=False)
@@ -99,8 +214,8 @@ class LeanHTTP:
         for task in list(self._draining):
             task.cancel()
         idle, self._idle = self._idle, []
-        for _, writer in idle:
-            writer.close()
+        for connection in idle:
+            connection.close()
 
     def _drain_later(self, answer: LeanStream) -> None:
         task = asyncio.get_running_loop().create_task(answer.drain())
@@ -108,15 +223,17 @@ class LeanHTTP:
         task.add_done_callback(self._draining.discard)
 
     def _release(self, connection: _Connection, reusable: bool) -> None:
-        if reusable and not connection[0].at_eof() and len(self._idle) < _IDLE_KEPT:
+        if reusable and connection.idle_ok and len(self._idle) < _IDLE_KEPT:
             self._idle.append(connection)
-        else:  # unknown state (error, cancellation, unread answer) or not reusable
-            connection[1].close()
+        else:  # unknown state (error, cancellation, unread answer, bytes past its end)
+            connection.close()
 
     async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
-                return await asyncio.open_connection(self._host, self._port, limit=_HEAD_LIMIT)
+                made = await loop.create_connection(lambda: _Connection(loop), self._host, self._port)
+                return made[1]
         except TimeoutError as exc:
             seconds = self._connect_timeout
             raise UpstreamTimeout(f"upstream did not accept a connection in {seconds:g}s") from exc
@@ -125,13 +242,10 @@ class LeanHTTP:
 
     async def _start(self, connection: _Connection, request: bytes, *, reused: bool) -> LeanStream:
         """Send ``request`` and read the answer's head; on any failure the connection is closed."""
-        reader, writer = connection
         try:
             try:
-                writer.write(request)
-                await writer.drain()
-                async with asyncio.timeout(self.read_timeout):
-                    head = await reader.readuntil(b"\r\n\r\n")
+                connection.write(request)
+                head = await connection.read_head(asyncio.get_running_loop().time() + self.read_timeout)
             except asyncio.IncompleteReadError as exc:
                 if reused and not exc.partial:
                     raise _Stale from exc
@@ -143,7 +257,7 @@ class LeanHTTP:
             status, headers, version = _parse_head(head)
             return LeanStream(self, connection, status, headers, version)
         except BaseException as exc:
-            writer.close()
+            connection.close()
             if not isinstance(exc, Exception) or isinstance(exc, (_Stale, UpstreamUnavailable)):
                 raise  # cancellation and interpreter exits included
             raise _mapped(exc, timed_out="upstream did not answer in time") from exc
@@ -177,15 +291,9 @@ class LeanStream:
 
     async def read(self) -> bytes:
         """The whole (decoded) answer; the read timeout covers all of it."""
-        reader = self._connection[0]
+        deadline = asyncio.get_running_loop().time() + self._owner.read_timeout
         try:
-            async with asyncio.timeout(self._owner.read_timeout):
-                if self._dechunker is not None:
-                    body = b"".join([piece async for piece in self._pieces()])
-                elif (length := self.headers.get("content-length")) is not None:
-                    body = await reader.readexactly(int(length))
-                else:
-                    body = await reader.read()  # delimited by the close
+            body = b"".join([piece async for piece in self._pieces(lambda: deadline)])
             body = _decoded(body, self.headers.get("content-encoding", ""))
         except (UpstreamUnavailable, asyncio.CancelledError):
             raise
@@ -197,8 +305,10 @@ class LeanStream:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The answer's (decoded) pieces as they arrive; the read timeout applies to each wait."""
         decoder = _decoder(self.headers.get("content-encoding", ""))
+        loop = asyncio.get_running_loop()
+        each = self._owner.read_timeout
         try:
-            async for piece in self._pieces(self._owner.read_timeout):
+            async for piece in self._pieces(lambda: loop.time() + each):
                 piece = decoder.decompress(piece) if decoder is not None else piece
                 if piece:
                     yield piece
@@ -226,15 +336,15 @@ class LeanStream:
     async def drain(self) -> None:
         """Read what is left of the answer (bounded), then pool the connection or close it."""
         drained = False
+        deadline = asyncio.get_running_loop().time() + _DRAIN_S
         try:
-            async with asyncio.timeout(_DRAIN_S):
-                seen = 0
-                async for piece in self._pieces():
-                    seen += len(piece)
-                    if seen > _DRAIN_MAX:
-                        break
-                else:
-                    drained = True
+            seen = 0
+            async for piece in self._pieces(lambda: deadline):
+                seen += len(piece)
+                if seen > _DRAIN_MAX:
+                    break
+            else:
+                drained = True
         except Exception:
             pass  # anything odd: the connection is simply not kept
         finally:
@@ -250,16 +360,14 @@ class LeanStream:
         framed = self._left is not None if self._dechunker is None else not self._dechunker.extra
         return framed and _keeps_alive(self._version, self.headers)
 
-    async def _pieces(self, each: float | None = None) -> AsyncIterator[bytes]:
-        """The body's bytes in the pieces they arrive in (each wait bounded by ``each``):
-        chunked coding undone (every chunk a read completes comes out as one piece), or
+    async def _pieces(self, deadline: Callable[[], float]) -> AsyncIterator[bytes]:
+        """The body's bytes in the pieces they arrive in (each wait until ``deadline()``):
+        chunked coding undone (every read's complete chunks come out as one piece), or
         framed by ``Content-Length``, or by the close."""
-        reader = self._connection[0]
+        connection = self._connection
         chunks = self._dechunker
         while not self._received_all:
-            size = _READ_SIZE if self._left is None else min(self._left, _READ_SIZE)
-            async with asyncio.timeout(each):
-                raw = await reader.read(size)
+            raw = await connection.read(deadline(), self._left)
             if not raw:
                 if chunks is None and self._left is None:
                     return  # delimited by the close
@@ -278,7 +386,7 @@ class _Dechunker:
     trailers.  Bytes after that mean the connection is in an unknown state (:attr:`extra`)."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._rest = b""  # an incomplete size line, trailer line or chunk end, kept for more
         self._left = 0  # data bytes of the current chunk still to come
         self._state = "size"  # size -> data -> end -> size ..., then trailers
         self.done = False
@@ -288,43 +396,48 @@ class _Dechunker:
         if self.done:
             self.extra = True
             return b""
-        buffer = self._buffer
-        buffer += raw
+        data = self._rest + raw if self._rest else raw
+        self._rest = b""
+        size = len(data)
+        pos = 0
         out: list[bytes] = []
-        while buffer:
-            if self._state == "data":
-                take = min(self._left, len(buffer))
-                out.append(bytes(buffer[:take]))
-                del buffer[:take]
+        while pos < size:
+            state = self._state
+            if state == "data":
+                take = min(self._left, size - pos)
+                out.append(data[pos : pos + take])
+                pos += take
                 self._left -= take
                 if self._left == 0:
                     self._state = "end"
-            elif self._state == "end":
-                if len(buffer) < 2:
+            elif state == "end":
+                if size - pos < 2:
                     break
-                if buffer[:2] != b"\r\n":
+                if data[pos : pos + 2] != b"\r\n":
                     raise ValueError("a chunk does not end where its size says")
-                del buffer[:2]
+                pos += 2
                 self._state = "size"
             else:  # a size line, or a trailer line
-                cut = buffer.find(b"\r\n")
+                cut = data.find(b"\r\n", pos)
                 if cut < 0:
-                    if len(buffer) > _HEAD_LIMIT:
+                    if size - pos > _HEAD_LIMIT:
                         raise ValueError("a chunk size or trailer line is too long")
                     break
-                line = bytes(buffer[:cut])
-                del buffer[: cut + 2]
-                if self._state == "trailers":
+                line = data[pos:cut]
+                pos = cut + 2
+                if state == "trailers":
                     if not line:
                         self.done = True
-                        self.extra = bool(buffer)
-                        break
+                        self.extra = pos < size
+                        return b"".join(out)
                     continue
-                size = int(line.split(b";", 1)[0].strip(), 16)
-                if size < 0:
-                    raise ValueError(f"chunk size {size}")
-                self._state, self._left = ("data", size) if size else ("trailers", 0)
-        return b"".join(out)
+                length = int(line.split(b";", 1)[0].strip(), 16)
+                if length < 0:
+                    raise ValueError(f"chunk size {length}")
+                self._state, self._left = ("data", length) if length else ("trailers", 0)
+        if pos < size:
+            self._rest = data[pos:]
+        return out[0] if len(out) == 1 else b"".join(out)
 
 
 _CUT = "upstream closed the connection mid-answer"

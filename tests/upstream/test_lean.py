@@ -327,3 +327,54 @@ def test_chunked_coding_is_undone_however_the_bytes_are_split():
     assert dechunker.done and dechunker.extra
     with pytest.raises(ValueError):
         _Dechunker().feed(b"3\r\nabcdef\r\n")  # longer than its size says
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_large_answers_and_streams_on_either_event_loop(loop):
+    # reef serve runs on uvloop, whose transports are not asyncio's classes; an answer
+    # larger than what a connection buffers makes it stop and resume reading
+    big = bytes(range(256)) * 8192  # 2 MB
+
+    async def handler(reader, writer, state):
+        while True:
+            await read_request(reader)
+            state["requests"].append(1)
+            if len(state["requests"]) % 2:
+                writer.write(answer(big))
+            else:
+                writer.write(CHUNKED_HEAD + chunk(b"data: 1\n\n") + chunk(big) + b"0\r\n\r\n")
+            await writer.drain()
+
+    async def calls(lean, state):
+        for _ in range(2):
+            reply = await lean.post("/big", {}, b"{}")
+            assert reply.body == big
+            stream = await lean.stream("/s", {}, b"x" * 300_000)  # a large request, too
+            assert b"".join([piece async for piece in stream.chunks()]) == b"data: 1\n\n" + big
+            stream.close()
+
+    factory = None
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        state = runner.run(run_with(handler, calls))
+    assert len(state["requests"]) == 4 and state["connections"] == 1
+
+
+def test_an_answer_with_bytes_past_its_length_does_not_pass_them_to_the_next_request():
+    async def sloppy(reader, writer, state):
+        while True:
+            await read_request(reader)
+            state["requests"].append(1)
+            # says 2 bytes, sends 9: what follows is not the next answer
+            writer.write(answer(b"ok").replace(b"\r\n\r\nok", b"\r\n\r\nokGARBAGE"))
+            await writer.drain()
+
+    async def calls(lean, state):
+        for _ in range(3):
+            assert (await lean.post("/c", {}, b"1")).body == b"ok"
+            await asyncio.sleep(0.02)
+
+    state = asyncio.run(run_with(sloppy, calls))
+    assert len(state["requests"]) == 3 and state["connections"] == 3  # none reused
