@@ -47,7 +47,6 @@ class _Stale(Exception):
     """A reused connection was closed before any of the answer arrived."""
 
 
-
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
