@@ -1,4 +1,4 @@
-"""Repack benchmark: git CPU per record and bytes per record as a scenario grows.
+"""Repack benchmark: git CPU and bytes per record as a scenario grows.
 
     python bench/repack.py [--rounds 16] [--per-round 1500] [--quick]
 
@@ -6,12 +6,16 @@ Two scenarios are filled with the same records, written as the daemon writes the
 (batches of 15, one small pack each).  After every round each is repacked, with git's CPU
 time (user + system, the git children only) summed per record:
 
-* ``one -F``: the baseline, a single ``git repack -d -F --geometric=2`` over every pack, as
-  reef did before (every pack a merge touches has its deltas searched again);
-* ``two-step``: what the packer does now (``reef_core/store/packer.py``): the writer's packs
-  are compressed once, git's packs are merged reusing their deltas.
+* ``geometric``: the baseline, what reef did before: ``git repack -d -F --geometric=2`` over
+  the writer's packs, then ``git repack -d --geometric=2`` over git's.  git lists a
+  geometric repack's objects by walking from every commit in the packs it merges down
+  through the whole history, so each repack cost more as the scenario grew;
+* ``walk``: what the packer does now (``reef_core/store/packer.py``): ``git pack-objects``
+  walks from the data tip back to where the last compression stopped, and merges name
+  their objects by id, so a repack costs what it packs.
 
-It prints both per round, then the totals and their ratio; ``git fsck`` checks both at the end.
+It prints both per round (the git CPU per record of that round shows the growth), then the
+totals and their ratio; ``git fsck`` checks both at the end.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reef_core.store import Store, StoreOptions
-from reef_core.store.packer import GIT_COMMAND, compress_step, merge_step
+from reef_core.store.packer import GIT_COMMAND, PackError, compress, merge
 
 REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Say hello in a short sentence."}]}
 
@@ -68,15 +72,32 @@ def git_cpu() -> float:
     return times.children_user + times.children_system
 
 
-def one_step(repo: Path) -> None:
-    subprocess.run(
-        [*GIT_COMMAND, "-C", str(repo), "repack", "-d", "-q", "-n", "-F", "--geometric=2"], check=True
-    )
+def _keep_packs(repo: Path, *, with_rev: bool) -> list[str]:
+    pack_dir = repo / "objects" / "pack"
+    return [
+        f"--keep-pack={p.name}"
+        for p in sorted(pack_dir.glob("pack-*.pack"))
+        if p.with_suffix(".rev").exists() == with_rev
+    ]
 
 
-def two_step(repo: Path) -> None:
-    subprocess.run([*GIT_COMMAND, *compress_step(repo)], check=True)
-    subprocess.run([*GIT_COMMAND, *merge_step(repo)], check=True)
+def geometric(repo: Path) -> None:
+    """The baseline: reef's two git repacks before the walk."""
+    git = [*GIT_COMMAND, "-C", str(repo), "repack", "-d", "-q", "-n"]
+    subprocess.run([*git, "-F", "--geometric=2", *_keep_packs(repo, with_rev=True)], check=True)
+    subprocess.run([*git, "--geometric=2", *_keep_packs(repo, with_rev=False)], check=True)
+
+
+def walk(repo: Path) -> None:
+    def run(arguments: list[str], stdin: str) -> str:
+        command = [*GIT_COMMAND, "-C", str(repo), *arguments]
+        result = subprocess.run(command, input=stdin, capture_output=True, text=True)
+        if result.returncode:
+            raise PackError(result.stderr)
+        return result.stdout
+
+    compress(repo, run)
+    merge(repo, run)
 
 
 def pack_bytes(repo: Path) -> int:
@@ -93,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.per_round = 8, 1000
-    strategies = {"one -F": one_step, "two-step": two_step}
+    strategies = {"geometric": geometric, "walk": walk}
     base = Path(tempfile.mkdtemp(prefix="reef-repack-bench-"))
     try:
         scenarios = {
@@ -118,7 +139,8 @@ def main() -> None:
                 cpu[name] += spent
                 packs = len(list((repo / "objects" / "pack").glob("*.pack")))
                 line.append(
-                    f"{name}: {spent:5.2f} s, {packs} packs, {pack_bytes(repo) / written:4.0f} B/record"
+                    f"{name}: {spent * 1e6 / args.per_round:4.0f} us/record, {packs} packs, "
+                    f"{pack_bytes(repo) / written:4.0f} B/record"
                 )
             print(" | ".join(line), flush=True)
         for scenario in scenarios.values():
@@ -128,9 +150,9 @@ def main() -> None:
         per = {name: cpu[name] / written * 1e6 for name in strategies}
         size = {name: pack_bytes(scenarios[name].path) / written for name in strategies}
         print(
-            f"git CPU per record: one -F {per['one -F']:.0f} us, two-step {per['two-step']:.0f} us "
-            f"(ratio {per['two-step'] / per['one -F']:.2f}); bytes per record: "
-            f"{size['one -F']:.0f} vs {size['two-step']:.0f} (ratio {size['two-step'] / size['one -F']:.3f})"
+            f"git CPU per record: geometric {per['geometric']:.0f} us, walk {per['walk']:.0f} us "
+            f"(ratio {per['walk'] / per['geometric']:.2f}); bytes per record: "
+            f"{size['geometric']:.0f} vs {size['walk']:.0f} (ratio {size['walk'] / size['geometric']:.3f})"
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)

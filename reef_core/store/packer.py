@@ -6,22 +6,24 @@ batches or 64 MiB of items (``_BYTES``), the packer
 runs an incremental, geometric repack with the git CLI in a background thread, at the next
 pause in writing (or at once when three times that has piled up):
 
-* first ``git repack -d -F --geometric=2`` over the writer's packs only (git's own are
-  excluded with ``--keep-pack``) merges them (and any loose objects) into compressed,
-  deltified packs: ``-F`` recomputes deltas and compression, since the writer stores trees
-  uncompressed and git would otherwise keep most of them as they are (1.6 -> 0.8 KB per
-  record);
-* then ``git repack -d --geometric=2`` over git's packs only keeps their sizes a geometric
-  progression (few packs) by merging the smaller ones *as they are*: their deltas are reused,
-  not searched again.  A single ``-F`` repack of everything searched deltas anew for every
-  pack it merged, so a record paid for its compression once per level of the progression
-  (``bench/repack.py``, 24,000 records written 1,500 at a time: 602 us of git CPU per
-  record then, 370 now; bytes per record within 2% either way, as each merged pack now
-  keeps its own delta bases).
-  A pack git made has a reverse index (``.rev``), which the writer's packs lack; with a git
-  too old to write one (< 2.31) every pack counts as the writer's, and the first step is
-  the old repack.  A pack the writer adds just as the second step starts may be merged as
-  it is: a batch's worth of uncompressed objects, now and then;
+* first :func:`compress`: ``git pack-objects --revs`` walks the data branch from its tip back
+  to where the last compression stopped (``reef-packed-tip``), which lists the new objects
+  with their paths (so trees pair with their previous versions for deltas), and packs them
+  compressed (``--no-reuse-object``: the writer stores trees uncompressed; 1.6 -> 0.8 KB
+  per record); what else the writer's packs hold (a batch whose ref moved after the tip was
+  read, one that lost a race) and loose objects are packed by id.  git's own packs are
+  skipped (``--keep-pack``), and the writer's are removed once each object in them is in a
+  pack git made;
+* then :func:`merge` keeps git's packs a geometric progression (few packs) by merging the
+  smaller ones *as they are*: their objects named by id from the indexes, deltas reused,
+  none searched (``--window=0``).
+  Both cost what they pack.  ``git repack --geometric``, used before, lists a pack's
+  objects by walking from every commit in the packs it merges down through the whole
+  history (for the paths), so each repack cost ~9 us more per 1,000 records in the scenario,
+  growing without bound; ``bench/repack.py`` compares the two.
+  A pack git made has a reverse index (``.rev``, asked for with ``pack.writeReverseIndex``),
+  which the writer's packs lack; with a git too old to write one (< 2.31) every pack counts
+  as the writer's and is compressed again at each run;
 * it is safe while the writer runs: objects are only removed once they are in a pack, and
   nothing is pruned (objects of a batch not yet on the branch survive);
 * the small packs it merges are not freed but handed to the writer as spare files
@@ -35,6 +37,7 @@ the daemon that started it is killed: a new packer, or a tool that wants a quiet
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import shutil
@@ -44,9 +47,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pygit2
+
+from reef_core.store.data import DATA_REF
+from reef_core.store.repo import read_ref
 from reef_core.store.scratch import keep_freed, sort_freed
 
-__all__ = ["GIT_COMMAND", "Packer", "compress_step", "merge_step", "wait_for_repack"]
+__all__ = ["GIT_COMMAND", "PackError", "Packer", "compress", "geometric_roll_up", "merge", "wait_for_repack"]
 
 log = logging.getLogger(__name__)
 
@@ -79,37 +86,184 @@ _OVERDUE = 3
 _BYTES = 64 * 1024 * 1024
 
 
-# Every repack writes a reverse index (``.rev``; git >= 2.31), which the writer's packs lack:
-# that is how a pack already compressed by git is told from one not yet compressed.
+# Every pack git makes here has a reverse index (``.rev``; git >= 2.31), which the writer's
+# packs lack: that is how a pack already compressed by git is told from one not yet compressed.
 GIT_COMMAND = ["git", "-c", "pack.threads=1", "-c", "core.fsync=none", "-c", "pack.writeReverseIndex=true"]
 
+# the data tip whose objects are all in git's packs, as the last compression left it
+_PACKED_TIP = "reef-packed-tip"
 
-def _packs(repo_path: Path, *, compressed: bool) -> list[str]:
-    """``--keep-pack`` options for the packs git made (``compressed``) or the writer's."""
-    pack_dir = repo_path / "objects" / "pack"
+Git = Callable[[list[str], str], str]
+"""Runs ``git <arguments>`` in the repository with the given stdin; returns its stdout,
+raises :class:`PackError` if it fails."""
+
+
+class PackError(Exception):
+    pass
+
+
+def compress(repo_path: Path, git: Git) -> list[str]:
+    """Put the writer's packs, and loose objects, into compressed, deltified packs (git's);
+    returns the new packs' names.
+
+    The objects the data branch gained since the last compression are listed by a walk from
+    its tip back to where that one stopped (:data:`_PACKED_TIP`), which gives git their paths
+    to pair trees for deltas; whatever else the writer's packs hold (a batch whose ref moved
+    after the tip was read, one that lost a race) and loose objects are added by id.  The
+    writer's packs are removed once every object in them is in a pack git made.
+    """
+    pack_dir = repo_path.absolute() / "objects" / "pack"
+    writer, made_by_git = _pack_names(pack_dir)
+    loose = _loose_objects(repo_path / "objects")
+    if not writer and not loose:
+        return []
+    keep = [f"--keep-pack={name}.pack" for name in made_by_git]  # already compressed: skipped
+    base = str(pack_dir / "pack")
+    # read after the packs were listed, so every batch in them whose ref moved is under it
+    tip = read_ref(repo_path, DATA_REF)
+    made: list[str] = []
+    if tip is not None and writer:
+        revisions = [tip]
+        packed = _packed_tip(repo_path)
+        if packed is not None:
+            revisions.append(f"^{packed}")
+        options = [
+            "pack-objects",
+            "--revs",
+            "--sparse",
+            "-q",
+            "--non-empty",
+            "--no-reuse-object",
+            "--delta-base-offset",
+        ]
+        made += git([*options, *keep, base], "\n".join(revisions) + "\n").split()
+    covered = set().union(*(_object_ids(pack_dir / f"pack-{name}.idx") for name in made))
+    rest = [oid for name in writer for oid in _object_ids(pack_dir / f"{name}.idx") if oid not in covered]
+    rest += loose
+    if rest:
+        options = ["pack-objects", "-q", "--non-empty", "--no-reuse-object", "--delta-base-offset"]
+        made += git([*options, *keep, base], "".join(f"{oid.hex()}\n" for oid in rest)).split()
+    _remove_packs(pack_dir, writer)
+    if loose:
+        git(["prune-packed", "-q"], "")
+    if tip is not None:
+        _write_packed_tip(repo_path, tip)
+    return made
+
+
+def merge(repo_path: Path, git: Git) -> list[str]:
+    """Keep git's packs a geometric progression (each at least twice the objects of the next
+    smaller) by merging the smaller ones as they are: deltas reused, none searched
+    (``--window=0``), objects named by id from the packs' indexes, so the cost is that of the
+    packs merged, whatever the history.  Returns the new pack's name, if one was made."""
+    pack_dir = repo_path.absolute() / "objects" / "pack"
+    _, made_by_git = _pack_names(pack_dir)
+    sizes = sorted((_object_count(pack_dir / f"{name}.idx"), name) for name in made_by_git)
+    roll = geometric_roll_up([count for count, _ in sizes])
+    if roll < 2:
+        return []
+    merged = [name for _, name in sizes[:roll]]
+    oids = dict.fromkeys(oid for name in merged for oid in _object_ids(pack_dir / f"{name}.idx"))
+    options = ["pack-objects", "-q", "--non-empty", "--window=0", "--delta-base-offset"]
+    made = git([*options, str(pack_dir / "pack")], "".join(f"{oid.hex()}\n" for oid in oids)).split()
+    _remove_packs(pack_dir, [name for name in merged if name.removeprefix("pack-") not in made])
+    return made
+
+
+def geometric_roll_up(counts: list[int], factor: int = 2) -> int:
+    """How many of the smallest packs (``counts``: objects per pack, ascending) to merge so
+    that the packs form a geometric progression again."""
+    # from the largest down, the packs that already form one
+    split = len(counts) - 1
+    while split > 0 and counts[split] >= factor * counts[split - 1]:
+        split -= 1
+    if split <= 0:
+        return 0
+    # everything below the break is merged; a larger pack within a factor of the merged one
+    # joins it, or the progression would break there instead
+    total = sum(counts[: split + 1])
+    roll = split + 1
+    while roll < len(counts) and counts[roll] < factor * total:
+        total += counts[roll]
+        roll += 1
+    return roll
+
+
+def _pack_names(pack_dir: Path) -> tuple[list[str], list[str]]:
+    """The packs (``pack-<id>``) the writer made, and those git made (with a ``.rev``)."""
     try:
         names = {entry.name for entry in os.scandir(pack_dir)}
     except FileNotFoundError:
-        return []
-    return [
-        f"--keep-pack={name}"
-        for name in sorted(names)
-        if name.startswith("pack-")
-        and name.endswith(".pack")
-        and (name[: -len(".pack")] + ".rev" in names) == compressed
-    ]
+        return [], []
+    writer: list[str] = []
+    made_by_git: list[str] = []
+    for name in sorted(names):
+        if name.startswith("pack-") and name.endswith(".pack") and name[:-5] + ".idx" in names:
+            (made_by_git if name[:-5] + ".rev" in names else writer).append(name[:-5])
+    return writer, made_by_git
 
 
-def compress_step(repo_path: Path) -> list[str]:
-    """Merge the writer's packs into compressed, deltified ones, leaving git's packs be."""
-    keep = _packs(repo_path, compressed=True)
-    return ["-C", str(repo_path), "repack", "-d", "-q", "-n", "-F", "--geometric=2", *keep]
+def _object_ids(idx: Path) -> list[bytes]:
+    """The object ids a pack index lists (version 2, as git and the writer write them)."""
+    data = idx.read_bytes()
+    if data[:8] != b"\xfftOc\x00\x00\x00\x02":
+        raise PackError(f"{idx.name}: not a version 2 pack index")
+    count = int.from_bytes(data[8 + 255 * 4 : 8 + 256 * 4], "big")
+    start = 8 + 256 * 4
+    return [data[start + 20 * i : start + 20 * (i + 1)] for i in range(count)]
 
 
-def merge_step(repo_path: Path) -> list[str]:
-    """Restore the geometric progression among git's packs, reusing their deltas."""
-    keep = _packs(repo_path, compressed=False)
-    return ["-C", str(repo_path), "repack", "-d", "-q", "-n", "--geometric=2", *keep]
+def _object_count(idx: Path) -> int:
+    with open(idx, "rb") as f:
+        head = f.read(8 + 256 * 4)
+    return int.from_bytes(head[-4:], "big")
+
+
+def _loose_objects(objects: Path) -> list[bytes]:
+    found = []
+    for fan in range(256):
+        directory = objects / f"{fan:02x}"
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            try:
+                found.append(bytes.fromhex(f"{fan:02x}{name}"))
+            except ValueError:
+                continue  # a temporary file
+        found = [oid for oid in found if len(oid) == 20]
+    return found
+
+
+def _remove_packs(pack_dir: Path, names: list[str]) -> None:
+    """The index first: a reader that has the pack open keeps reading it."""
+    for name in names:
+        for suffix in (".idx", ".rev", ".pack"):
+            try:
+                os.unlink(pack_dir / f"{name}{suffix}")
+            except FileNotFoundError:
+                pass
+
+
+def _packed_tip(repo_path: Path) -> str | None:
+    """Where the last compression's walk stopped, if that commit is still there."""
+    try:
+        value = (repo_path / _PACKED_TIP).read_text().strip()
+        pygit2.Oid(hex=value)
+    except (OSError, ValueError):
+        return None
+    try:
+        repository = pygit2.Repository(str(repo_path))
+        return value if value in repository else None
+    except pygit2.GitError:
+        return None
+
+
+def _write_packed_tip(repo_path: Path, tip: str) -> None:
+    temporary = repo_path / f"{_PACKED_TIP}.tmp"
+    temporary.write_text(tip + "\n")
+    os.replace(temporary, repo_path / _PACKED_TIP)
 
 
 class Packer:
@@ -210,9 +364,13 @@ class Packer:
                 kept = keep_freed(self._path)
             # the children inherit the locked descriptor, so the lock lives as long as git
             started = time.perf_counter()
-            failure = self._git(compress_step(self._path), lock)
-            if failure is None:
-                failure = self._git(merge_step(self._path), lock)
+            git = functools.partial(self._git, lock=lock)
+            failure = None
+            try:
+                compress(self._path, git)
+                merge(self._path, git)
+            except PackError as exc:
+                failure = str(exc)
             self.seconds += time.perf_counter() - started
         except (OSError, subprocess.TimeoutExpired) as exc:
             failure = str(exc)
@@ -227,14 +385,18 @@ class Packer:
         elif self._on_repacked is not None:
             self._on_repacked()
 
-    @staticmethod
-    def _git(arguments: list[str], lock: int) -> str | None:
-        """Run one git repack; its error text if it failed."""
-        command = [*GIT_COMMAND, *arguments]
+    def _git(self, arguments: list[str], stdin: str, *, lock: int) -> str:
+        """Run one git command in the repository; its stdout.  The child inherits the locked
+        descriptor, so the lock lives as long as git."""
+        command = [*GIT_COMMAND, "-C", str(self._path), *arguments]
         if _NICE:  # below the daemon, which has requests to answer
             command = [_NICE, "-n", "5", *command]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600, pass_fds=(lock,))
-        return None if result.returncode == 0 else (result.stderr.strip() or f"exit {result.returncode}")
+        result = subprocess.run(
+            command, input=stdin, capture_output=True, text=True, timeout=600, pass_fds=(lock,)
+        )
+        if result.returncode != 0:
+            raise PackError(result.stderr.strip() or f"git {arguments[0]}: exit {result.returncode}")
+        return result.stdout
 
     def _hand_over(self, freed: list[str]) -> None:
         assert self._on_freed is not None
