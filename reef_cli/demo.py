@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import typer
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
@@ -42,7 +42,7 @@ class _View:
     last_answer: str = ""
 
     def render(self, user: DemoUser | None, elapsed: float, serving: str) -> Panel:
-        lines = [
+        lines: list[RenderableType] = [
             Text.assemble(
                 ("the user secretly prefers ", "dim"),
                 (self.preference, "bold"),
