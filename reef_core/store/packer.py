@@ -93,6 +93,11 @@ GIT_COMMAND = ["git", "-c", "pack.threads=1", "-c", "core.fsync=none", "-c", "pa
 # the data tip whose objects are all in git's packs, as the last compression left it
 _PACKED_TIP = "reef-packed-tip"
 
+# Compressing: every object again (the writer's are stored uncompressed), deltas searched
+# among 4 candidates instead of git's 10: bench/repack.py, 32,000 records, 19% less git CPU
+# per record (237 -> 192 us) for 1.1% more bytes (870 -> 880).
+_COMPRESS = ["-q", "--non-empty", "--no-reuse-object", "--delta-base-offset", "--window=4"]
+
 Git = Callable[[list[str], str], str]
 """Runs ``git <arguments>`` in the repository with the given stdin; returns its stdout,
 raises :class:`PackError` if it fails."""
@@ -127,22 +132,14 @@ def compress(repo_path: Path, git: Git) -> list[str]:
         packed = _packed_tip(repo_path)
         if packed is not None:
             revisions.append(f"^{packed}")
-        options = [
-            "pack-objects",
-            "--revs",
-            "--sparse",
-            "-q",
-            "--non-empty",
-            "--no-reuse-object",
-            "--delta-base-offset",
-        ]
+        options = ["pack-objects", "--revs", "--sparse", *_COMPRESS]
         made += git([*options, *keep, base], "\n".join(revisions) + "\n").split()
     covered = set().union(*(_object_ids(pack_dir / f"pack-{name}.idx") for name in made))
     rest = [oid for name in writer for oid in _object_ids(pack_dir / f"{name}.idx") if oid not in covered]
     rest += loose
     if rest:
-        options = ["pack-objects", "-q", "--non-empty", "--no-reuse-object", "--delta-base-offset"]
-        made += git([*options, *keep, base], "".join(f"{oid.hex()}\n" for oid in rest)).split()
+        listing = "".join(f"{oid.hex()}\n" for oid in rest)
+        made += git(["pack-objects", *_COMPRESS, *keep, base], listing).split()
     _remove_packs(pack_dir, writer)
     if loose:
         git(["prune-packed", "-q"], "")
