@@ -27,7 +27,7 @@ from reef_core.errors import UpstreamTimeout, UpstreamUnavailable
 __all__ = ["LeanHTTP", "LeanReply", "LeanStream"]
 
 _HEAD_LIMIT = 64 * 1024
-_IDLE_KEPT = 32
+_IDLE_KEPT = 256  # idle connections kept per upstream: a burst of this many reuses them all
 _HIGH_WATER = 256 * 1024  # bytes buffered before a connection stops reading
 # an answer left before its end is read to it in the background, within these bounds, so its
 # connection can be kept (a stream's caller stops at its last event, before the chunked

@@ -378,3 +378,20 @@ def test_an_answer_with_bytes_past_its_length_does_not_pass_them_to_the_next_req
 
     state = asyncio.run(run_with(sloppy, calls))
     assert len(state["requests"]) == 3 and state["connections"] == 3  # none reused
+
+
+def test_a_burst_of_64_concurrent_requests_reuses_its_64_connections_for_the_next():
+    async def keep_alive(reader, writer, state):
+        while True:
+            await read_request(reader)
+            state["requests"].append(1)
+            await asyncio.sleep(0.01)  # all 64 are in flight at once
+            writer.write(answer(b"{}"))
+
+    async def calls(lean, state):
+        for _ in range(3):
+            replies = await asyncio.gather(*(lean.post("/c", {}, b"{}") for _ in range(64)))
+            assert all(reply.body == b"{}" for reply in replies)
+
+    state = asyncio.run(run_with(keep_alive, calls))
+    assert len(state["requests"]) == 192 and state["connections"] == 64
