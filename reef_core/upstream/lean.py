@@ -131,10 +131,10 @@ class _Connection(asyncio.Protocol):
     async def read_head(self, deadline: float | None) -> bytes:
         """The answer's status line and headers, through the blank line that ends them."""
         while True:
-            end = self._buffer.find(b"\r\n\r\n")
+            end = self._buffer.find(b"\r\n\r\n", 0, _HEAD_LIMIT)
             if end >= 0:
                 return await self.read(None, end + 4)
-            if len(self._buffer) > _HEAD_LIMIT:
+            if len(self._buffer) >= _HEAD_LIMIT:
                 raise asyncio.LimitOverrunError("the response head is too long", len(self._buffer))
             if self.eof:
                 raise asyncio.IncompleteReadError(bytes(self._buffer), None)

@@ -395,3 +395,29 @@ def test_a_burst_of_64_concurrent_requests_reuses_its_64_connections_for_the_nex
 
     state = asyncio.run(run_with(keep_alive, calls))
     assert len(state["requests"]) == 192 and state["connections"] == 64
+
+
+def test_an_oversized_or_unfinished_response_head_is_an_upstream_error_and_the_next_request_starts_clean():
+    async def bad_heads(reader, writer, state):
+        await read_request(reader)
+        state["requests"].append(1)
+        n = len(state["requests"])
+        if n == 1:  # a head past 64 KB
+            writer.write(b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 70_000 + b"\r\n\r\n{}")
+        elif n == 2:  # a head cut off by the close
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Len")
+        else:
+            writer.write(answer(b"fine"))
+        await writer.drain()
+        if n < 3:
+            return  # and close
+
+    async def calls(lean, state):
+        with pytest.raises(UpstreamUnavailable, match="oversized response head"):
+            await lean.post("/c", {}, b"1")
+        with pytest.raises(UpstreamUnavailable, match="before answering"):
+            await lean.post("/c", {}, b"2")
+        assert (await lean.post("/c", {}, b"3")).body == b"fine"
+
+    state = asyncio.run(run_with(bad_heads, calls))
+    assert len(state["requests"]) == 3 and state["connections"] == 3
