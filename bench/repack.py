@@ -21,6 +21,7 @@ totals and their ratio; ``git fsck`` checks both at the end.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reef_core.store import Store, StoreOptions
-from reef_core.store.packer import GIT_COMMAND, PackError, compress, merge
+from reef_core.store.packer import GIT_COMMAND, compress, merge, run_git
 
 REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Say hello in a short sentence."}]}
 
@@ -89,13 +90,7 @@ def geometric(repo: Path) -> None:
 
 
 def walk(repo: Path) -> None:
-    def run(arguments: list[str], stdin: str) -> str:
-        command = [*GIT_COMMAND, "-C", str(repo), *arguments]
-        result = subprocess.run(command, input=stdin, capture_output=True, text=True)
-        if result.returncode:
-            raise PackError(result.stderr)
-        return result.stdout
-
+    run = functools.partial(run_git, repo)
     compress(repo, run)
     merge(repo, run)
 

@@ -15,7 +15,7 @@ import pygit2
 import pytest
 
 from reef_core.store import DATA_REF, Store
-from reef_core.store.packer import GIT_COMMAND, PackError, compress, geometric_roll_up, merge
+from reef_core.store.packer import compress, geometric_roll_up, merge, run_git
 from reef_core.store.packs import BLOB, PackBuilder
 from reef_core.store.scratch import Spares
 from tests.conftest import git
@@ -55,14 +55,10 @@ def _objects(repo: Path, name: str) -> int:
 
 
 def _runner(repo: Path, calls: list[list[str]] | None = None):
-    def run(arguments: list[str], stdin: str) -> str:
+    def run(arguments: list[str], stdin) -> str:
         if calls is not None:
             calls.append(arguments)
-        command = [*GIT_COMMAND, "-C", str(repo), *arguments]
-        result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120)
-        if result.returncode:
-            raise PackError(result.stderr)
-        return result.stdout
+        return run_git(repo, arguments, stdin)
 
     return run
 
