@@ -240,17 +240,22 @@ def _pack_names(pack_dir: Path) -> tuple[list[str], list[str]]:
 
 
 def _id_block(idx: Path) -> bytes:
-    """The object ids a pack index lists, 20 bytes each, end to end (version 2 indexes, as
-    git and the writer write them)."""
+    """The object ids a pack index lists, 20 bytes each, end to end."""
     with open(idx, "rb") as f:
-        head = f.read(8 + 256 * 4)
-        if head[:8] != b"\xfftOc\x00\x00\x00\x02":
-            raise PackError(f"{idx.name}: not a version 2 pack index")
-        count = int.from_bytes(head[-4:], "big")
+        count = _read_count(f, idx)
         ids = f.read(20 * count)
     if len(ids) != 20 * count:
         raise PackError(f"{idx.name}: truncated")
     return ids
+
+
+def _read_count(f: IO[bytes], idx: Path) -> int:
+    """Reads a pack index's header (version 2, as git and the writer write them); the
+    number of objects it lists."""
+    head = f.read(8 + 256 * 4)
+    if head[:8] != b"\xfftOc\x00\x00\x00\x02" or len(head) < 8 + 256 * 4:
+        raise PackError(f"{idx.name}: not a version 2 pack index")
+    return int.from_bytes(head[-4:], "big")
 
 
 def _object_ids(idx: Path) -> list[bytes]:
@@ -265,8 +270,7 @@ def _hex_lines(ids: bytes) -> bytes:
 
 def _object_count(idx: Path) -> int:
     with open(idx, "rb") as f:
-        head = f.read(8 + 256 * 4)
-    return int.from_bytes(head[-4:], "big")
+        return _read_count(f, idx)
 
 
 def _loose_objects(objects: Path) -> list[bytes]:
