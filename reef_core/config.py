@@ -61,6 +61,11 @@ class ReefSettings:
         secret=True,
         env="REEF_TOKEN",
     )
+    allow_unauthenticated: bool = _setting(
+        False,
+        "listen beyond loopback with no token: anyone who can reach the port may read every record "
+        "and publish releases (logs a warning at start and hourly)",
+    )
     implicit_scenarios: bool = _setting(True, "create a scenario on its first request")
     max_body_bytes: int = _setting(64 * 1024 * 1024, "largest request body accepted")
 
