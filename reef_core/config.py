@@ -68,6 +68,7 @@ class ReefSettings:
     )
     implicit_scenarios: bool = _setting(True, "create a scenario on its first request")
     max_body_bytes: int = _setting(64 * 1024 * 1024, "largest request body accepted")
+    max_json_depth: int = _setting(128, "deepest nesting of arrays and objects accepted in a JSON body")
 
 
 @dataclass(frozen=True)

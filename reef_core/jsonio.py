@@ -20,16 +20,50 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-__all__ = ["NonFinite", "dumps", "dumps_or_none", "loads"]
+__all__ = ["NonFinite", "TooDeep", "dumps", "dumps_or_none", "loads"]
 
 # bytes.translate table: every digit becomes "0", every other byte a space
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_RUN = b"0" * 19
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than the ``max_depth`` given to :func:`loads`."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"JSON nested deeper than {limit} levels")
+        self.limit = limit
+
+
+def _within(value: Any, limit: int) -> bool:
+    """Whether arrays and objects in ``value`` nest at most ``limit`` deep.
+
+    Level by level, with no recursion: about 70 us for a 180 KB request of a coding agent
+    (a long system prompt and 40 tool schemas), against 130 us to parse it."""
+    level, depth = [value], 0
+    while True:
+        nested: list[Any] = []
+        extend = nested.extend
+        containers = 0
+        for item in level:
+            kind = type(item)
+            if kind is dict:
+                extend(item.values())
+                containers += 1
+            elif kind is list:
+                extend(item)
+                containers += 1
+        if not containers:
+            return True
+        if depth == limit:  # containers at depth limit + 1
+            return False
+        level, depth = nested, depth + 1
 
 
 class NonFinite(float):
@@ -49,8 +83,12 @@ def _long_digit_run(data: bytes | str) -> bool:
     return _LONG_RUN in raw.translate(_DIGITS_AS_ZERO)
 
 
-def loads(data: bytes | bytearray | str) -> Any:
-    """``json.loads(data)``'s value, parsed by orjson when that gives the same value."""
+def loads(data: bytes | bytearray | str, *, max_depth: int | None = None) -> Any:
+    """``json.loads(data)``'s value, parsed by orjson when that gives the same value.
+
+    ``max_depth``: arrays and objects nested deeper raise :class:`TooDeep`.  Without it,
+    text nested deeper than the parsers go (orjson stops at 1,024 levels, json at Python's
+    recursion limit) raises a ``ValueError`` too, never a ``RecursionError``."""
     if isinstance(data, bytearray):
         data = bytes(data)
     try:
@@ -59,8 +97,18 @@ def loads(data: bytes | bytearray | str) -> Any:
         pass
     else:
         if not _long_digit_run(data):
-            return value
-    return json.loads(data, parse_float=_parse_float, parse_constant=NonFinite)
+            return _checked_depth(value, max_depth)
+    try:
+        value = json.loads(data, parse_float=_parse_float, parse_constant=NonFinite)
+    except RecursionError:
+        raise TooDeep(max_depth or sys.getrecursionlimit()) from None
+    return _checked_depth(value, max_depth)
+
+
+def _checked_depth(value: Any, max_depth: int | None) -> Any:
+    if max_depth is not None and not _within(value, max_depth):
+        raise TooDeep(max_depth)
+    return value
 
 
 def dumps(value: Any, *, default: Callable[[Any], Any] | None = None) -> bytes:

@@ -78,3 +78,20 @@ def test_dumps_writes_what_orjson_refuses_as_json_does():
 
 def test_dumps_is_compact_utf8():
     assert jsonio.dumps({"a": ["é", "\n", 1.5, None]}) == '{"a":["é","\\n",1.5,null]}'.encode()
+
+
+def test_nesting_past_the_limit_is_a_value_error_whichever_parser_reads_it():
+    def nested(depth: int) -> bytes:
+        return b"[" * depth + b"]" * depth
+
+    assert jsonio.loads(nested(128), max_depth=128) is not None
+    for text in (nested(129), b"[NaN," + nested(200) + b"]", nested(5000)):
+        with pytest.raises(jsonio.TooDeep, match="deeper than 128 levels"):
+            jsonio.loads(text, max_depth=128)
+    # without a limit, text deeper than the parsers go is still a ValueError, not a RecursionError
+    with pytest.raises(ValueError):
+        jsonio.loads(nested(100_000))
+    # objects count like arrays; brackets inside strings are text
+    assert jsonio.loads(b'{"a": {"b": "[[[[[[[["}}', max_depth=2) == {"a": {"b": "[[[[[[[["}}
+    with pytest.raises(jsonio.TooDeep):
+        jsonio.loads(b'{"a": {"b": []}}', max_depth=2)

@@ -18,6 +18,7 @@ from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
 from reef_core.daemon.learners import Learners
 from reef_core.daemon.model_calls import UpstreamModel
+from reef_core.daemon.parsing import MAX_JSON_DEPTH
 from reef_core.daemon.registry import OpenScenarios
 from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.errors import ConfigError
@@ -45,6 +46,11 @@ def wants_local_model(settings: Settings) -> bool:
 
 
 def build_app(settings: Settings) -> web.Application:
+    if settings.reef.max_json_depth < 1:
+        raise ConfigError(
+            f"reef.max-json-depth must be at least 1, got {settings.reef.max_json_depth}",
+            field="reef.max_json_depth",
+        )
     storage = settings.storage
     store = Store(
         storage.state_dir,
@@ -80,6 +86,7 @@ def build_app(settings: Settings) -> web.Application:
         middlewares=[error_middleware, auth_middleware(settings.reef.tokens)],
     )
     app[DAEMON] = daemon
+    app[MAX_JSON_DEPTH] = settings.reef.max_json_depth
     app.add_routes(inference.routes)
     app.add_routes(reef_routes.routes)
     app.add_routes(release_routes.routes)

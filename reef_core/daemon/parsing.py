@@ -10,7 +10,11 @@ from reef_core import jsonio
 from reef_core.errors import InvalidInput
 from reef_core.ids import validate_scenario_name
 
-__all__ = ["json_body", "known_fields", "scenario_header", "scenario_of_read"]
+__all__ = ["MAX_JSON_DEPTH", "json_body", "known_fields", "scenario_header", "scenario_of_read"]
+
+
+#: the nesting limit of JSON bodies (``reef.max-json-depth``), set by ``build_app``
+MAX_JSON_DEPTH = web.AppKey("reef.max_json_depth", int)
 
 
 def scenario_header(request: web.Request) -> str:
@@ -32,9 +36,18 @@ def scenario_of_read(request: web.Request) -> str:
 
 
 async def json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
+    """Every JSON body reef reads comes through here: one size limit (aiohttp's), one
+    nesting limit (``reef.max-json-depth``)."""
     raw = await request.read()
+    limit = request.app[MAX_JSON_DEPTH]
     try:
-        body = jsonio.loads(raw)
+        body = jsonio.loads(raw, max_depth=limit)
+    except jsonio.TooDeep:
+        raise InvalidInput(
+            f"the request body nests arrays and objects deeper than {limit} levels "
+            "(the limit is reef.max-json-depth)",
+            field="body",
+        ) from None
     except ValueError as exc:
         raise InvalidInput(f"the request body is not valid JSON: {exc}", field="body") from None
     if not isinstance(body, dict):

@@ -116,6 +116,63 @@ def test_invalid_json_and_oversized_bodies(make_reef, upstream):
     assert data_tip(reef) == before
 
 
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_deep_json_is_a_400_naming_the_limit_on_every_route(make_reef, upstream):
+    """5,000 nested arrays was a 500 (the parser's recursion); now every JSON body is read
+    under one nesting limit, inference included, and the limit is said."""
+    reef = make_reef()
+    receipt = receipt_of(reef)
+    before = data_tip(reef)
+    hostile = b'{"score": 1, "references": [], "feedback": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    for path, headers in (
+        ("/reef/report", {}),
+        ("/reef/train", {}),
+        ("/v1/chat/completions", {}),
+        ("/v1/messages", {}),
+    ):
+        response = post(reef, path, content=hostile, headers={"content-type": "application/json", **headers})
+        assert response.status_code == 400, (path, response.text)
+        error = response.json()["error"]
+        assert "deeper than 128 levels" in error["message"] and "reef.max-json-depth" in error["message"]
+    # at the limit it is read; one deeper is refused, whichever parser would have taken it
+    at_limit = post(
+        reef, "/reef/report", json={"score": 1, "references": [receipt], "metadata": {"deep": nested(126)}}
+    )
+    assert at_limit.status_code == 200, at_limit.text
+    over = post(
+        reef, "/reef/report", json={"score": 1, "references": [receipt], "metadata": {"deep": nested(127)}}
+    )
+    assert over.status_code == 400
+    over_nan = post(
+        reef,
+        "/reef/report",
+        content=b'{"score": NaN, "references": [], "feedback": ' + b"[" * 200 + b"]" * 200 + b"}",
+    )
+    assert over_nan.status_code == 400 and "deeper than 128" in over_nan.json()["error"]["message"]
+    assert len(git("-C", reef.repo("s"), "rev-list", "data").stdout.split()) == 2  # record + report
+    assert data_tip(reef) != before
+
+
+def test_the_nesting_limit_is_configurable_and_real_requests_pass(make_reef, upstream):
+    reef = make_reef("--reef.max-json-depth", "8")
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": f"t{i}", "parameters": {"type": "object", "properties": {}}},
+        }
+        for i in range(200)
+    ]  # many brackets, shallow: a coding agent's request
+    assert post(reef, "/v1/chat/completions", json={**CHAT, "tools": tools}).status_code == 200
+    deep = post(reef, "/v1/chat/completions", json={**CHAT, "metadata": nested(8)})
+    assert deep.status_code == 400 and "deeper than 8 levels" in deep.json()["error"]["message"]
+
+
 BAD_REPORTS = [
     ({"score": 1, "references": ["rec_" + "0" * 28]}, "references[0]"),
     ({"score": 1, "references": ["not-an-id"]}, "references[0]"),
