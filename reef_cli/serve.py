@@ -14,6 +14,7 @@ from rich.table import Table
 from reef_cli import output as out
 from reef_core import __version__, daemon
 from reef_core.config import load_settings
+from reef_core.daemon.app import check_listening
 from reef_core.errors import ReefError
 
 __all__ = ["serve"]
@@ -56,14 +57,18 @@ def serve(
             table.add_row(key, value, source)
         out.output.console.print(table)
         return
+    check_listening(settings)  # before anything is created: a refusal changes nothing
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings.storage.state_dir.mkdir(parents=True, exist_ok=True)
 
     def ready(url: str) -> None:
         upstream = settings.inference.upstream_url or "none configured"
+        auth = "token required" if settings.reef.tokens else "off"
         out.output.errors.print(
-            f"reef {__version__} serving on {url}  upstream: {upstream}  state: {settings.storage.state_dir}",
+            f"reef {__version__} serving on {url}  auth: {auth}  upstream: {upstream}  "
+            f"state: {settings.storage.state_dir}",
             highlight=False,
+            soft_wrap=True,
         )
 
     try:

@@ -115,6 +115,7 @@ class RepositorySource:
             "recipe": None,
             "upstream": None,
             "state_dir": str(self.store.state_dir),
+            "auth": None,
             "scenarios": [{**row, "learning": None} for row in self.scenarios()],
         }
 

@@ -28,9 +28,11 @@ def status(url: str = UrlOption, state_dir: Path | None = StateDirOption, as_jso
         upstream = state.get("upstream") or {}
         console.print(
             f"reef {state['version']} running at {url}  recipe: {state.get('recipe')}  "
-            f"upstream: {upstream.get('url') or 'none'} ({upstream.get('api') or '-'})",
+            f"upstream: {upstream.get('url') or 'none'} ({upstream.get('api') or '-'})  "
+            f"auth: {_auth(state.get('auth'))}",
             highlight=False,
         )
+        _warn_if_open(state.get("auth"))
     else:
         console.print(f"no reef daemon at {url}: read from the repositories", highlight=False)
     console.print(f"state: {state['state_dir']}", highlight=False)
@@ -53,6 +55,23 @@ def status(url: str = UrlOption, state_dir: Path | None = StateDirOption, as_jso
             escape(_learning(row.get("learning"))),
         )
     console.print(table)
+
+
+def _auth(auth: dict[str, Any] | None) -> str:
+    if not auth:
+        return "?"
+    if auth.get("required"):
+        return "on (token required)"
+    return "off (loopback only)" if auth.get("loopback") else "off"
+
+
+def _warn_if_open(auth: dict[str, Any] | None) -> None:
+    if auth and not auth.get("required") and not auth.get("loopback"):
+        out.output.console.print(
+            f"[bold red]warning:[/] no token and listening on {escape(str(auth.get('listening')))}: "
+            "anyone who can reach it can read every record and publish releases (set REEF_TOKEN)",
+            highlight=False,
+        )
 
 
 def _learning(learning: dict[str, Any] | None) -> str:

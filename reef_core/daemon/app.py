@@ -22,15 +22,28 @@ from reef_core.daemon.parsing import MAX_JSON_DEPTH
 from reef_core.daemon.registry import OpenScenarios
 from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.errors import ConfigError
+from reef_core.hosts import is_loopback
 from reef_core.learning import RecipeContext
 from reef_core.store import Store, StoreOptions
 from reef_core.upstream import UpstreamClient
 
-__all__ = ["announce", "build_app", "serve", "wants_local_model"]
+__all__ = [
+    "OPEN_WARNING_EVERY_S",
+    "announce",
+    "build_app",
+    "check_listening",
+    "open_without_token",
+    "serve",
+    "wants_local_model",
+    "warn_while_open",
+]
 
 log = logging.getLogger("reef")
 
 BUILTIN_TINY = "builtin:tiny"
+
+#: seconds between the warnings of a daemon that listens beyond loopback with no token
+OPEN_WARNING_EVERY_S = 3600.0
 
 
 def wants_local_model(settings: Settings) -> bool:
@@ -43,6 +56,40 @@ def wants_local_model(settings: Settings) -> bool:
             field="inference.model_path",
         )
     return path == BUILTIN_TINY or not settings.inference.upstream_url
+
+
+def open_without_token(settings: Settings) -> bool:
+    """True when the daemon would listen beyond loopback (a wildcard counts) with no token."""
+    return not settings.reef.tokens and not is_loopback(settings.reef.host)
+
+
+def check_listening(settings: Settings) -> None:
+    """Refuse to listen beyond loopback with no token, unless told so on purpose.
+
+    Anyone who reaches such a port reads every record, publishes, rolls back and promotes
+    extension code that every installed harness then runs.
+    """
+    if open_without_token(settings) and not settings.reef.allow_unauthenticated:
+        raise ConfigError(
+            f"refusing to listen on {settings.reef.host} with no token: anyone who can reach it could "
+            "read every recorded exchange and publish releases that installed harnesses run. Set "
+            "REEF_TOKEN, listen on loopback (--reef.host 127.0.0.1), or pass "
+            "--reef.allow-unauthenticated to run it open on purpose",
+            field="reef.host",
+        )
+
+
+async def warn_while_open(host: str, port: int, *, every: float | None = None) -> None:
+    """Log that the daemon is open to anyone, now and every ``every`` seconds, until cancelled."""
+    every = OPEN_WARNING_EVERY_S if every is None else every
+    while True:
+        log.warning(
+            "listening on %s:%d with no token (--reef.allow-unauthenticated): anyone who can reach "
+            "this port can read every record and publish releases; set REEF_TOKEN to require one",
+            host,
+            port,
+        )
+        await asyncio.sleep(every)
 
 
 def build_app(settings: Settings) -> web.Application:
@@ -155,7 +202,11 @@ def settle_heap() -> None:
 
 
 async def serve(settings: Settings, *, ready: Callable[[str], None] | None = None) -> None:
-    """Run until SIGINT or SIGTERM, then drain: no acknowledged write is left behind."""
+    """Run until SIGINT or SIGTERM, then drain: no acknowledged write is left behind.
+
+    Refuses (:func:`check_listening`) before it listens or opens anything.
+    """
+    check_listening(settings)
     app = build_app(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -167,6 +218,9 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
     announce(app, f"http://127.0.0.1:{settings.reef.port}" if wildcard else url)
     if ready is not None:
         ready(url)
+    warner = None
+    if open_without_token(settings):
+        warner = asyncio.create_task(warn_while_open(settings.reef.host, settings.reef.port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -175,4 +229,6 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
         await stop.wait()
     finally:
         log.info("shutting down")
+        if warner is not None:
+            warner.cancel()
         await runner.cleanup()

@@ -16,6 +16,7 @@ from reef_core.daemon.context import daemon_of
 from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput, NotFound
+from reef_core.hosts import is_loopback
 from reef_core.ids import KINDS, parse_item_id, validate_scenario_name
 from reef_core.release.listing import scenario_summary
 from reef_core.store import ScenarioReader
@@ -165,6 +166,11 @@ async def status(request: web.Request) -> web.Response:
             "recipe": settings.recipe.name,
             "upstream": {"url": daemon.upstream.base_url, "api": daemon.upstream_format},
             "state_dir": str(settings.storage.state_dir),
+            "auth": {
+                "required": bool(settings.reef.tokens),
+                "listening": settings.reef.host,
+                "loopback": is_loopback(settings.reef.host),
+            },
             "scenarios": [{**row, "learning": daemon.learners.describe(row["name"])} for row in rows],
         }
     )
