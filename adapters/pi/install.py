@@ -32,6 +32,11 @@ Rules the script keeps:
   npm installs the pinned pi under ``$REEF_HOME/npm``.
 - The body is one function called on the last line, so a download cut short runs nothing.
 - The daemon's token is never in the script: ``reef-pi`` reads ``REEF_TOKEN`` when it runs.
+- Fetched over plain ``http://`` from an address beyond loopback, the script says first, on
+  stderr and before it writes anything, that the files and the token travel unencrypted.  It
+  warns and goes on: reef itself serves only http, so this is how every install from another
+  machine without a TLS proxy looks, and a script that came over that channel could have had
+  any check in it removed on the way.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pathlib import Path
 
 from adapters.pi.render import PiRenderer
 from reef_core.harness.render import InstallPlan
+from reef_core.hosts import is_loopback, url_host
 
 __all__ = [
     "PI_PACKAGE",
@@ -111,6 +117,11 @@ def _json_string(value: str | None) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def plain_http_beyond_loopback(url: str) -> bool:
+    """True when ``url`` is ``http://`` to an address that is not this machine's loopback."""
+    return url.lower().startswith("http://") and not is_loopback(url_host(url))
+
+
 class PiInstaller:
     """Writes the ``curl … | sh`` script that installs one release for pi (see the module docstring)."""
 
@@ -172,6 +183,7 @@ class PiInstaller:
             "@@PI_PACKAGE@@": shlex.quote(PI_PACKAGE),
             "@@WANTED@@": shlex.quote("\n".join(files)),
             "@@TOKEN_NOTE@@": "1" if plan.token_required else "0",
+            "@@PLAIN_HTTP@@": "1" if plain_http_beyond_loopback(target.reef_url) else "0",
             "@@PUTS@@": puts,
             "@@LAUNCHER_PUT@@": _put('"$launcher"', "755", launcher),
             "@@CHECKS@@": checks,
@@ -213,6 +225,13 @@ reef_install() {
   npm_prefix=$reef_home/npm
   written=0
   umask 022
+
+  if [ @@PLAIN_HTTP@@ = 1 ]; then
+    warn "this installer came over plain http from $url, an address beyond this machine:" \
+      "the files it writes, and the token reef-pi sends to reef, travel unencrypted, and anyone" \
+      "on the network path could read the token or change what is installed. Prefer https (a TLS" \
+      "proxy in front of reef), or run the installer on reef's own machine."
+  fi
 
   [ -x "$python" ] || die "the Python that runs reef ($python) is not there any more: fetch this script again"
 
@@ -276,6 +295,7 @@ REEF_PY
 
 say() { printf 'reef: %s\n' "$*"; }
 die() { printf 'reef: install failed: %s\n' "$*" >&2; exit 1; }
+warn() { printf 'reef: warning: %s\n' "$*" >&2; }
 
 pi_ok() {
   [ -f "$1" ] && [ -x "$1" ] || return 1

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from adapters.pi.install import plain_http_beyond_loopback
 from reef_core.harness import Entry, HarnessTree
 from reef_core.store import Store, build_tree
 from tests.adapters.conftest import SCENARIO, Machine
@@ -206,6 +207,54 @@ def test_without_a_pi_the_script_installs_the_pinned_one_with_npm(make_reef, mac
     again = subprocess.run(["sh", "-s"], input=machine.script(reef), env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "nothing written" in again.stdout
     assert "installing pi" not in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "warns"),
+    [
+        ("http://10.1.2.3:8900", True),
+        ("HTTP://reef.lan", True),
+        ("http://0.0.0.0:8900", True),
+        ("https://10.1.2.3:8900", False),
+        ("http://127.0.0.1:8900", False),
+        ("http://localhost:8900", False),
+        ("http://[::1]:8900", False),
+    ],
+)
+def test_the_script_warns_for_plain_http_beyond_loopback_only(url: str, warns: bool):
+    assert plain_http_beyond_loopback(url) is warns
+
+
+@pytest.mark.e2e
+def test_over_plain_http_from_beyond_loopback_the_script_warns_before_it_writes(make_reef, machine: Machine):
+    """The script's URL is the one the caller used (the Host header): here 10.1.2.3, while the
+    request itself goes to 127.0.0.1; the script never contacts its URL."""
+    reef = make_reef()
+    port = reef.url.rsplit(":", 1)[1]
+    script = machine.script(reef, host=f"10.1.2.3:{port}")
+    assert f"  url=http://10.1.2.3:{port}\n" in script
+    run = subprocess.run(
+        ["sh", "-s"],
+        input=script,
+        env=machine.env,
+        cwd=machine.home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, in the order the script wrote it
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(
+        f"reef: warning: this installer came over plain http from http://10.1.2.3:{port}"
+    )
+    assert "anyone on the network path could read the token or change what is installed" in " ".join(
+        lines[:4]
+    )
+    first_write = next(i for i, line in enumerate(lines) if "wrote" in line)
+    assert first_write > 0 and not any("warning" in line for line in lines[first_write:])
+    # from loopback, the same daemon's script says nothing of the kind
+    assert "warning" not in machine.install(reef).stderr
 
 
 # ------------------------------------------------------------------------------------ run tags
