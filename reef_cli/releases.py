@@ -18,6 +18,9 @@ from reef_cli import output as out
 from reef_cli.output import JsonOption
 from reef_cli.sources import CandidateArgument, ScenarioArgument, UrlOption, connect, open_source
 from reef_cli.state import StateDirOption
+from reef_core.client import ReefClient, approver
+from reef_core.errors import ReefError
+from reef_core.release.listing import approval_question, code_notice
 
 __all__ = [
     "promote",
@@ -147,17 +150,59 @@ def rollback(
 def promote(
     scenario: str = ScenarioArgument,
     candidate: str = CandidateArgument,
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Approve without asking (the question names the code it runs)."
+    ),
     url: str = UrlOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Approve a pending candidate: publish it as a new release, which then serves."""
+    """Approve a pending candidate: publish it as a new release, which then serves.
+
+    It first says which of its files run code with your privileges and asks; --yes skips the
+    question.  The release records you (your login name) as its approver, and the moment."""
     with connect(url) as client:
-        result = client.promote(scenario, candidate)
+        if not yes:
+            _ask_to_approve(client, scenario, candidate)
+        result = client.promote(scenario, candidate, approved_by=approver("reef promote"))
     line = (
         f"promoted {result.get('source') or candidate} in {scenario}: {result['release']} serves it "
         f"(commit {result['commit'][:12]})"
     )
     out.output.done(result, line, as_json=as_json)
+
+
+def _ask_to_approve(client: ReefClient, scenario: str, candidate: str) -> None:
+    """Name the code a pending candidate runs and ask; no (or no answer) ends the command."""
+    steps = client.releases(scenario)["steps"]
+    step = next(
+        (s for s in steps if s["pending"] and candidate.strip().lower() in (s["name"], str(s["step"]))), None
+    )
+    if step is None:
+        return  # not pending (or no such step): promote says what became of it
+    errors = out.output.errors
+    errors.print(
+        f"{step['name']} of {scenario}: {step.get('ask') or '(no ask)'}", markup=False, highlight=False
+    )
+    notice = code_notice(step.get("executable"))
+    if notice:
+        errors.print(notice, markup=False, highlight=False)
+    errors.print(f"It becomes {scenario}'s next release and serves at once.", markup=False, highlight=False)
+    question = approval_question(step["name"], scenario, step.get("executable"))
+    try:
+        approved = typer.confirm(question, default=False, err=True)
+    except typer.Abort:  # end of input: nobody to ask
+        raise Declined(
+            f"{step['name']} stays pending: there was no answer to the question "
+            "(approve without it with --yes)"
+        ) from None
+    if not approved:
+        raise Declined(f"{step['name']} stays pending; nothing was changed")
+
+
+class Declined(ReefError):
+    """The person said no (or could not be asked): nothing changed (exit code 1)."""
+
+    code = "declined"
 
 
 def reject(

@@ -19,7 +19,7 @@ import typer
 from reef_cli import output as out
 from reef_cli.sources import UrlOption, connect
 from reef_cli.state import StateDirOption, open_store
-from reef_core.client import DaemonUnavailable
+from reef_core.client import DaemonUnavailable, approver
 from reef_core.errors import NotFound, ReefError
 from reef_core.store import Store
 
@@ -66,7 +66,7 @@ def make_app(
                 f"the daemon at {client.url} keeps its repositories in {store.state_dir}, which is not "
                 "on this machine; reef review reads them there"
             )
-        operator = DaemonOperator(client)
+        operator = DaemonOperator(client, approver=approver("reef review"))
         out.output.note(f"source: the daemon at {client.url}, repositories in {store.state_dir}")
     if scenario is not None:
         store.reader(scenario)  # NotFound, naming the state directory, before any screen is drawn

@@ -15,6 +15,8 @@ is how callers tell "no daemon" from "the daemon said no".  The token is sent as
 
 from __future__ import annotations
 
+import getpass
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +50,7 @@ __all__ = [
     "DaemonUnavailable",
     "Progress",
     "ReefClient",
+    "approver",
 ]
 
 DEFAULT_URL = "http://127.0.0.1:8900"
@@ -124,6 +127,15 @@ class Progress:
             state=state,
             result=result if isinstance(result, dict) else None,
         )
+
+
+def approver(via: str) -> str:
+    """Who approves from this process, as a release records it: ``alice via reef review``."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        user = f"uid {os.getuid()}"
+    return f"{user} via {via}"
 
 
 def _segment(value: str) -> str:
@@ -278,9 +290,15 @@ class ReefClient:
             body["expected"] = expected
         return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/rollback", json=body)
 
-    def promote(self, scenario: str, candidate: str | int) -> dict[str, Any]:
-        """Publish a pending candidate (``c5`` or 5): ``{"release", "commit", "source"}``."""
+    def promote(
+        self, scenario: str, candidate: str | int, *, approved_by: str | None = None
+    ) -> dict[str, Any]:
+        """Publish a pending candidate (``c5`` or 5): ``{"release", "commit", "source"}``.
+
+        ``approved_by`` (see :func:`approver`) is kept with the release, with the moment."""
         body = {"release": _step_name(candidate)}
+        if approved_by is not None:
+            body["approved_by"] = approved_by
         return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/promote", json=body)
 
     def reject(self, scenario: str, candidate: str | int) -> dict[str, Any]:

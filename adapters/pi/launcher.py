@@ -45,9 +45,10 @@ from urllib.parse import quote
 
 import httpx
 
-from reef_core.client import DaemonUnavailable, Progress, ReefClient
+from reef_core.client import DaemonUnavailable, Progress, ReefClient, approver
 from reef_core.errors import ReefError, Unauthorized
 from reef_core.ids import validate_scenario_name
+from reef_core.release.listing import approval_question, code_notice
 
 __all__ = ["COMMANDS", "Layout", "main", "versions_table"]
 
@@ -330,8 +331,8 @@ def _outcome(ctx: _Context, client: ReefClient, progress: Progress) -> int:
             f"  next: reef promote {ctx.scenario} {name}, then reef-pi update "
             f"(in pi: /versions {name} install)"
         )
-        if tty and _yes(f"Approve {name} and install it? [y/N] "):
-            promoted = client.promote(ctx.scenario, name)
+        if tty and _approve(ctx, client, name):
+            promoted = client.promote(ctx.scenario, name, approved_by=approver("reef-pi"))
             ctx.say(f"{name} is now {promoted['release']}")
             return _update(ctx, ["--release", promoted["release"]])
         return 0
@@ -342,6 +343,16 @@ def _outcome(ctx: _Context, client: ReefClient, progress: Progress) -> int:
         ctx.say(f"  page: {page}")
     ctx.say("  the installed release stays as it is; rephrase the ask and try again")
     return 0
+
+
+def _approve(ctx: _Context, client: ReefClient, name: str) -> bool:
+    """Name the code pending step ``name`` runs, and ask to approve and install it."""
+    step = next((s for s in client.releases(ctx.scenario)["steps"] if s["name"] == name), {})
+    code = code_notice(step.get("executable"))
+    if code:
+        ctx.say(code)
+    question = approval_question(name, ctx.scenario, step.get("executable"))
+    return _yes(f"{question} Yes installs it too. [y/N] ")
 
 
 def _yes(question: str) -> bool:

@@ -16,6 +16,7 @@
  */
 import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
 import { readFileSync } from "node:fs";
+import { userInfo } from "node:os";
 import { dirname, join } from "node:path";
 
 const NOTICE_TIMEOUT_MS = 2000;
@@ -162,6 +163,41 @@ function page(listing: any, name: string): string | null {
   return path ? s.url + path : null;
 }
 
+/** The files a pending step adds or changes that run code, as the listing names them
+ * ("extensions/hello.ts (new)"); null when reef could not tell (or an older reef did not say). */
+function executable(step: any): string[] | null {
+  return Array.isArray(step.executable) ? step.executable.map(String) : null;
+}
+
+/** "Approve c2 of dev? It runs extensions/hello.ts with your privileges." (as `reef promote` asks) */
+function approvalQuestion(name: string, code: string[] | null): string {
+  const question = `Approve ${name} of ${settings().scenario}?`;
+  if (code === null) return `${question} It changes code that runs on this machine.`;
+  const running = code.filter((line) => !line.endsWith("(removed)")).map((line) => line.split(" (")[0]);
+  if (running.length > 0) {
+    const more = running.length > 1 ? ` and ${running.length - 1} more` : "";
+    return `${question} It runs ${running[0]}${more} with your privileges.`;
+  }
+  return code.length > 0 ? `${question} It removes code from the harness.` : question;
+}
+
+function codeNotice(code: string[] | null): string {
+  if (code === null) return "reef could not tell which of its files run code: read its page before approving.";
+  if (code.length === 0) return "";
+  return "pi runs this code with your privileges:\n" + code.map((line) => `  ${line}`).join("\n");
+}
+
+/** Who approves from this pi, as the release records it. */
+function approver(): string {
+  let user = "";
+  try {
+    user = userInfo().username;
+  } catch {
+    // no passwd entry (some containers): the uid still says who
+  }
+  return `${user || `uid ${process.getuid?.() ?? "?"}`} via pi /versions`;
+}
+
 async function notice(ctx: any): Promise<void> {
   const mine = installed();
   const listing = await call(releasesPath(), {}, NOTICE_TIMEOUT_MS);
@@ -241,19 +277,22 @@ async function versions(pi: ExtensionAPI, args: string, ctx: any): Promise<void>
     return;
   }
   const promote = `reef promote ${settings().scenario} ${name}`;
+  const code = executable(step);
+  const runs = codeNotice(code);
   if (!ctx.hasUI) {
     show(
       ctx,
       `reef: ${name} changes code that runs on this machine and needs a person's approval, which print mode ` +
-        `cannot ask for. Read ${link}, then approve it with:\n  ${promote}\nand install it with: reef-pi update`,
+        `cannot ask for.${runs ? "\n" + runs : ""}\nRead ${link}, then approve it with:\n  ${promote}\n` +
+        `and install it with: reef-pi update`,
       "warning",
     );
     return;
   }
   const approved = await ctx.ui.confirm(
-    `Approve ${name}?`,
-    `"${oneLine(step.ask, 200)}"\n${name} adds or changes extension code that will run on this machine ` +
-      `(see ${link}). Promote it to a release and install it?`,
+    approvalQuestion(name, code),
+    `"${oneLine(step.ask, 200)}"\n${runs ? runs + "\n" : ""}` +
+      `See ${link}. Promote it to a release and install it?`,
   );
   if (!approved) {
     show(ctx, `reef: ${name} stays pending; nothing was changed.`);
@@ -261,7 +300,7 @@ async function versions(pi: ExtensionAPI, args: string, ctx: any): Promise<void>
   }
   const promoted = await call(`/reef/scenarios/${encodeURIComponent(settings().scenario)}/promote`, {
     method: "POST",
-    body: { release: name },
+    body: { release: name, approved_by: approver() },
   });
   show(ctx, `reef: ${name} is now ${promoted.release}.`);
   await install(pi, ctx, promoted.release);

@@ -30,6 +30,7 @@ from reef_cli.tui.score_line import ScoreLine
 from reef_cli.tui.tree import ScenarioTree
 from reef_cli.tui.watch import ref_changes
 from reef_core.errors import ReefError
+from reef_core.release.listing import approval_question, code_notice
 
 __all__ = ["ReviewApp"]
 
@@ -168,9 +169,11 @@ class ReviewApp(App[None]):
         if step is None or step.state != "pending" or self.selection is None:
             return
         scenario = self.selection.scenario
+        code = code_notice(step.executable)
         self._confirm(
-            f"Approve {step.name} of {scenario}?",
-            f"It becomes {scenario}'s next release and serves at once.\nAsk: {step.ask or '-'}",
+            approval_question(step.name, scenario, step.executable),
+            (f"{code}\n" if code else "")
+            + f"It becomes {scenario}'s next release and serves at once.\nAsk: {step.ask or '-'}",
             lambda: self.operator.approve(scenario, step.step),
         )
 

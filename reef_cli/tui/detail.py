@@ -45,7 +45,9 @@ def _lineage(detail: Detail) -> str:
     parts = [f"built on {detail.base}" if detail.base else "built on an empty harness"]
     if detail.became:
         parts.append(f"published as {detail.became}")
-    if detail.verdict:
+    if detail.approval:
+        parts.append(detail.approval)  # the verdict was "pending" (a step) or "approved" (its release)
+    elif detail.verdict:
         parts.append(f"verdict: {detail.verdict}")
     return " · ".join(parts)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reef_cli.output import when
 from reef_cli.tui.scores import ScoreTally
 from reef_core.harness.diff import FileDiff, diff_files
 from reef_core.release.listing import release_listing
@@ -49,6 +50,8 @@ class StepRow:
     base: str | None  # the release it was built on
     release: str | None  # the release it became
     page_path: str
+    approval: str = ""  # "approved by alice via reef review at Jun 01 12:00", once a person did
+    executable: tuple[str, ...] | None = ()  # a pending step's files that run code (None: unknown)
 
     @property
     def name(self) -> str:
@@ -67,6 +70,7 @@ class ReleaseRow:
     step: int | None
     current: bool
     page_path: str
+    approval: str = ""  # who approved it and when, for a promoted release
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Detail:
     diffs: tuple[FileDiff, ...] = ()
     summary: str = ""  # a scenario's one-paragraph state
     note: str = ""  # what a person should know before acting on it
+    approval: str = ""  # who approved it and when
 
 
 def _state(step: Mapping[str, Any]) -> str:
@@ -126,6 +131,20 @@ def _state(step: Mapping[str, Any]) -> str:
         return "rejected by a person"
     word = str(step.get("verdict") or "").split(":")[0].strip()
     return word if word in ("rejected", "skipped") else "rejected"
+
+
+def approval(row: Mapping[str, Any]) -> str:
+    """``approved by alice via reef review at Jun 01 12:00`` for a listing row a person approved."""
+    who = row.get("approved_by")
+    if not who:
+        return ""
+    at = row.get("approved_at")
+    return f"approved by {who}" + (f" at {when(at)}" if at else "")
+
+
+def _executable(step: Mapping[str, Any]) -> tuple[str, ...] | None:
+    lines = step.get("executable")
+    return None if lines is None else tuple(str(line) for line in lines)
 
 
 def _checks(record: Mapping[str, Any]) -> tuple[Check, ...]:
@@ -193,6 +212,7 @@ class ReviewData:
                 step=r.get("step"),
                 current=bool(r["current"]),
                 page_path=r["page_path"],
+                approval=approval(r),
             )
             for r in listing["releases"]
         )
@@ -205,6 +225,8 @@ class ReviewData:
                 base=s.get("base"),
                 release=s.get("release"),
                 page_path=s["page_path"],
+                approval=approval(s),
+                executable=_executable(s) if s.get("pending") else (),
             )
             for s in sorted(listing["steps"], key=lambda s: -s["step"])
         )
@@ -253,6 +275,7 @@ class ReviewData:
             checks=_checks(record),
             base=base.name if base else None,
             became=step.release,
+            approval=step.approval,
             diffs=tuple(diff_files(base_files, chain.tree_files(candidate.tree))),
         )
 
@@ -277,6 +300,7 @@ class ReviewData:
             self_review=_self_review(record),
             checks=_checks(record),
             base=older.name if older else None,
+            approval=release.approval,
             diffs=tuple(diff_files(base_files, files)),
         )
 

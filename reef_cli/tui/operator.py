@@ -36,14 +36,15 @@ class DaemonOperator:
 
     live = True
 
-    def __init__(self, client: ReefClient) -> None:
+    def __init__(self, client: ReefClient, *, approver: str) -> None:
         self.client = client
+        self.approver = approver  # who the releases it approves name: "alice via reef review"
         self.description = f"daemon at {client.url}"
         self._lock = threading.Lock()  # one client, called from worker threads, one at a time
 
     def approve(self, scenario: str, step: int) -> str:
         with self._lock:
-            result = self.client.promote(scenario, step)
+            result = self.client.promote(scenario, step, approved_by=self.approver)
         return f"approved c{step}: {result['release']} now serves {scenario}"
 
     def reject(self, scenario: str, step: int) -> str:

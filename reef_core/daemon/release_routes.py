@@ -22,9 +22,12 @@ from reef_core.ids import validate_scenario_name
 from reef_core.release.listing import release_listing, step_of_source
 from reef_core.store import Candidate, Release, Scenario, ScenarioReader
 
-__all__ = ["parse_step", "routes"]
+__all__ = ["UNNAMED_APPROVER", "parse_step", "routes"]
 
 routes = web.RouteTableDef()
+
+#: who a promote is recorded as approved by when the request does not say
+UNNAMED_APPROVER = "an unnamed client"
 
 
 async def _open(daemon: Daemon, name: str) -> Scenario:
@@ -68,13 +71,13 @@ async def _publish(daemon: Daemon, name: str, publish: Callable[[], Release]) ->
     return web.json_response({"release": release.name, "commit": release.commit, "source": release.source})
 
 
-async def _candidate_request(request: web.Request) -> tuple[Daemon, str, int, Scenario]:
-    """What promote and reject read: the scenario, open for writing, and the candidate's step."""
+async def _candidate_request(request: web.Request) -> tuple[Daemon, str, int, Scenario, dict[str, Any]]:
+    """What promote and reject read: the scenario, open for writing, the candidate's step, the body."""
     daemon = daemon_of(request)
     name = request.match_info["name"]
     _, body = await json_body(request)
     step = parse_step(body.get("release", body.get("step")))
-    return daemon, name, step, await _open(daemon, name)
+    return daemon, name, step, await _open(daemon, name), body
 
 
 @routes.post("/reef/scenarios/{name}/rollback")
@@ -101,8 +104,15 @@ async def rollback(request: web.Request) -> web.Response:
 
 @routes.post("/reef/scenarios/{name}/promote")
 async def promote(request: web.Request) -> web.Response:
-    """Publish a pending candidate (rebuilt on the current release if the chain moved since)."""
-    daemon, name, step, scenario = await _candidate_request(request)
+    """Publish a pending candidate (rebuilt on the current release if the chain moved since).
+
+    ``approved_by`` names who approved it (``alice via reef review``); the release keeps it and
+    the moment in its trailers and tag.
+    """
+    daemon, name, step, scenario, body = await _candidate_request(request)
+    approved_by = body.get("approved_by", UNNAMED_APPROVER)
+    if not isinstance(approved_by, str):
+        raise InvalidInput("approved_by must be a string naming who approved", field="approved_by")
 
     def publish() -> Release:
         chain = scenario.releases
@@ -118,7 +128,9 @@ async def promote(request: web.Request) -> web.Response:
                         f"{tip.name}: reject it and ask again",
                         field="release",
                     )
-            return chain.promote(step, expected=tip.commit if tip else None, tree=tree)
+            return chain.promote(
+                step, expected=tip.commit if tip else None, tree=tree, approved_by=approved_by
+            )
 
     return await _publish(daemon, name, publish)
 
@@ -126,7 +138,7 @@ async def promote(request: web.Request) -> web.Response:
 @routes.post("/reef/scenarios/{name}/reject")
 async def reject(request: web.Request) -> web.Response:
     """Turn a pending candidate down: it leaves pending, is marked rejected, and is never served."""
-    _, _, step, scenario = await _candidate_request(request)
+    _, _, step, scenario, _ = await _candidate_request(request)
 
     def turn_down() -> None:
         chain = scenario.releases

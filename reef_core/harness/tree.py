@@ -37,6 +37,7 @@ __all__ = [
     "HarnessTree",
     "Manifest",
     "TreeError",
+    "approval_changes",
     "changed_entries",
     "is_reserved",
     "needs_approval",
@@ -499,6 +500,9 @@ def changed_entries(base: HarnessTree | None, candidate: HarnessTree) -> list[Ch
     return changes
 
 
+_CHANGE_WORDS = {"create": "new", "update": "changed", "remove": "removed"}
+
+
 def _approval_view(entry: Entry | None) -> object:
     """The parts of a config entry that need approval; unparseable text stands for itself."""
     if entry is None:
@@ -512,17 +516,36 @@ def _approval_view(entry: Entry | None) -> object:
     return {key: value[key] for key in APPROVAL_CONFIG_KEYS if key in value}
 
 
-def needs_approval(base: HarnessTree | None, candidate: HarnessTree) -> bool:
-    """Whether publishing ``candidate`` over ``base`` changes executable behaviour a person must approve:
-    any extension added, changed or removed, or a config key in :data:`APPROVAL_CONFIG_KEYS` changed."""
+def approval_changes(base: HarnessTree | None, candidate: HarnessTree) -> list[str]:
+    """What publishing ``candidate`` over ``base`` changes in executable behaviour, one line per
+    file, for a person to approve: any extension added, changed or removed, and any config entry
+    whose keys in :data:`APPROVAL_CONFIG_KEYS` changed.  Empty: nothing needs a person.
+
+    ``extensions/format.ts (new)``, ``extensions/old.ts (removed)``,
+    ``config/settings.json (shellCommandPrefix)``: the tree's own paths, as ``git diff`` shows them.
+    """
+    lines: list[str] = []
     for change in changed_entries(base, candidate):
+        path = Entry(change.kind, change.name, "").path
         if change.kind == "extension":
-            return True
-        if change.kind == "config":
+            lines.append(f"{path} ({_CHANGE_WORDS[change.op]})")
+        elif change.kind == "config":
             old = base.get("config", change.name) if base is not None else None
-            if _approval_view(old) != _approval_view(candidate.get("config", change.name)):
-                return True
-    return False
+            before, after = _approval_view(old), _approval_view(candidate.get("config", change.name))
+            if before == after:
+                continue
+            if isinstance(before, dict) and isinstance(after, dict):
+                keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+                lines.append(f"{path} ({', '.join(keys)})")
+            else:
+                lines.append(f"{path} (not readable as JSON)")
+    return lines
+
+
+def needs_approval(base: HarnessTree | None, candidate: HarnessTree) -> bool:
+    """Whether publishing ``candidate`` over ``base`` changes executable behaviour a person must approve
+    (see :func:`approval_changes`)."""
+    return bool(approval_changes(base, candidate))
 
 
 def summarize_changes(changes: Iterable[Change]) -> str:

@@ -1,7 +1,9 @@
 """A scenario's releases and steps as one document: what the daemon answers and the CLI prints.
 
 The same function serves ``GET /reef/scenarios/{s}/releases`` and the CLI reading a repository
-directly, so the two can never disagree.
+directly, so the two can never disagree.  What a person reads before approving a pending step
+(the question, the files that run code) is worded here too, once for ``reef promote``, ``reef
+review`` and ``reef-pi``.
 """
 
 from __future__ import annotations
@@ -9,10 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from reef_core.harness.tree import HarnessTree, TreeError, approval_changes
 from reef_core.release.pages import page_path
-from reef_core.store import Candidate, ScenarioReader
+from reef_core.store import Candidate, Release, ReleaseChain, ScenarioReader
 
-__all__ = ["release_listing", "scenario_summary", "step_of_source"]
+__all__ = [
+    "approval_question",
+    "code_notice",
+    "executable_changes",
+    "release_listing",
+    "scenario_summary",
+    "step_of_source",
+]
 
 
 def step_of_source(source: str | None) -> int | None:
@@ -30,21 +40,67 @@ def _metrics(record: dict[str, Any]) -> dict[str, float]:
     return merged
 
 
+def executable_changes(chain: ReleaseChain, candidate: Candidate, base: Release | None) -> list[str] | None:
+    """The files of ``candidate`` that run code, against the release it was built on, one line
+    each (:func:`~reef_core.harness.tree.approval_changes`); None when its tree is not a harness
+    tree (a recipe that publishes something else)."""
+    try:
+        before = HarnessTree.from_files(chain.files(base)) if base is not None else None
+        after = HarnessTree.from_files(chain.tree_files(candidate.tree))
+    except TreeError:
+        return None
+    return approval_changes(before, after)
+
+
+def code_notice(executable: Sequence[str] | None) -> str:
+    """What a person reads before approving a step: the files that will run as them.
+
+    ``executable`` is a step's ``executable`` from the listing; "" when it lists nothing.
+    """
+    if executable is None:
+        return (
+            "reef could not tell which of its files run code (its tree is not a harness tree): "
+            "read its page before approving."
+        )
+    if not executable:
+        return ""
+    files = "\n".join(f"  {line}" for line in executable)
+    return f"The harness runs this code with your privileges:\n{files}"
+
+
+def approval_question(step: str, scenario: str, executable: Sequence[str] | None) -> str:
+    """``Approve c5 of s? It runs extensions/format.ts with your privileges.``: the question a
+    person answers before a promote, naming the code it runs (``executable`` as in :func:`code_notice`)."""
+    question = f"Approve {step} of {scenario}?"
+    if executable is None:
+        return f"{question} It changes code that runs on this machine."
+    running = [line.split(" (")[0] for line in executable if not line.endswith("(removed)")]
+    if running:
+        more = f" and {len(running) - 1} more" if len(running) > 1 else ""
+        return f"{question} It runs {running[0]}{more} with your privileges."
+    return f"{question} It removes code from the harness." if executable else question
+
+
 def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[str, Any]:
     """The chain (newest first) with current marks and metrics, then every step with its state.
 
-    Page links carry a page key when ``tokens`` are given (a daemon with auth on).
+    A release a person approved names who and when (``approved_by``, ``approved_at``), and so
+    does the step it came from; a pending step lists the files it adds or changes that run code
+    (``executable``), which is what a person approves.  Page links carry a page key when
+    ``tokens`` are given (a daemon with auth on).
     """
     name = reader.name
     chain = reader.releases
     current = chain.tip()
     candidates: dict[int, Candidate] = {c.step: c for c in chain.candidates()}
-    published: dict[int, str] = {}
+    published: dict[int, Release] = {}
+    by_commit: dict[str, Release] = {}
     rows = []
     for release in chain:
+        by_commit[release.commit] = release
         step = step_of_source(release.source)
         if step is not None:
-            published.setdefault(step, release.name)
+            published.setdefault(step, release)
         record = candidates[step].record if step in candidates else {}
         rows.append(
             {
@@ -57,28 +113,35 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
                 "source": release.source,
                 "step": step,
                 "created_at": release.created_at,
+                "approved_by": release.approved_by,
+                "approved_at": release.approved_at,
                 "current": current is not None and release.commit == current.commit,
                 "metrics": _metrics(record),
                 "page_path": page_path(name, release.name, tokens),
             }
         )
     pending, rejected = set(chain.pending()), set(chain.rejected())
-    by_commit = {r["commit"]: r["release"] for r in rows}
-    steps = [
-        {
-            "step": c.step,
-            "name": f"c{c.step}",
-            "verdict": c.verdict,
-            "ask": c.ask,
-            "base": by_commit.get(c.base or ""),
-            "release": published.get(c.step),
-            "metrics": _metrics(c.record),
-            "pending": c.step in pending,
-            "rejected_by_person": c.step in rejected,
-            "page_path": page_path(name, c.step, tokens),
-        }
-        for c in candidates.values()
-    ]
+    steps = []
+    for c in candidates.values():
+        base, became = by_commit.get(c.base or ""), published.get(c.step)
+        steps.append(
+            {
+                "step": c.step,
+                "name": f"c{c.step}",
+                "verdict": c.verdict,
+                "ask": c.ask,
+                "base": base.name if base else None,
+                "release": became.name if became else None,
+                "approved_by": became.approved_by if became else None,
+                "approved_at": became.approved_at if became else None,
+                "metrics": _metrics(c.record),
+                "pending": c.step in pending,
+                "rejected_by_person": c.step in rejected,
+                # only for what waits for a person: reading two trees per step costs too much
+                "executable": executable_changes(chain, c, base) if c.step in pending else None,
+                "page_path": page_path(name, c.step, tokens),
+            }
+        )
     return {"scenario": name, "releases": rows, "steps": steps}
 
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 import json
 import os
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ REJECTED_PREFIX = "refs/reef/rejected/"
 OPERATIONS = ("creation", "evolve", "training", "rollback", "promote")
 
 _LOCK_WAIT_S = 2.0
+_MAX_APPROVER = 200
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Release:
     verdict: str | None = None
     source: str | None = None
     created_at: int = 0
+    approved_by: str | None = None  # who promoted it, for a release a person approved
+    approved_at: int | None = None  # when (seconds since the epoch)
 
     @property
     def name(self) -> str:
@@ -92,6 +97,35 @@ def _decode(value: str | None) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+def _approver(value: object) -> str:
+    """Who approved a release, as a trailer can hold it: one line, short, no control characters."""
+    text = value.strip() if isinstance(value, str) else ""
+    if (
+        not text
+        or len(text) > _MAX_APPROVER
+        or any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in text)
+    ):
+        raise InvalidInput(
+            f"approved_by must name who approved in one line of at most {_MAX_APPROVER} characters, "
+            f"not {value!r}",
+            field="approved_by",
+        )
+    return text
+
+
+def _iso(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _epoch(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return None
 
 
 def _parse_release_number(value: object) -> int:
@@ -188,6 +222,8 @@ class ReleaseChain:
             verdict=trailers.get("Reef-Verdict"),
             source=trailers.get("Reef-Source"),
             created_at=commit.commit_time,
+            approved_by=trailers.get("Reef-Approved-By"),
+            approved_at=_epoch(trailers.get("Reef-Approved-At")),
         )
 
     # -- publishing ----------------------------------------------------------------------
@@ -201,15 +237,19 @@ class ReleaseChain:
         ask: str | None = None,
         verdict: str | None = None,
         source: str | None = None,
+        approved_by: str | None = None,
     ) -> Release:
         """Append a release whose content is ``tree``, if the chain's tip is still ``expected``.
 
         ``expected`` is the tip commit the caller built on (``None`` for the first release).
+        ``approved_by`` names the person who approved it (a promote); it and the moment are
+        kept in the commit's trailers and the tag, so ``git log`` and ``git show vN`` say it.
         If another publisher moved the chain first, raises :class:`ConflictError` and writes
         nothing visible.
         """
         if operation not in OPERATIONS:
             raise InvalidInput(f"unknown release operation {operation!r}", field="operation")
+        approver = None if approved_by is None else _approver(approved_by)
         repo = self._repo
         tree_oid = pygit2.Oid(hex=str(tree))
         if not isinstance(repo.get(tree_oid), pygit2.Tree):
@@ -232,13 +272,15 @@ class ReleaseChain:
             trailers.append(f"Reef-Verdict: {' '.join(verdict.split())}")
         if source:
             trailers.append(f"Reef-Source: {' '.join(source.split())}")
-        message = subject + "\n\n" + "\n".join(trailers) + "\n"
         sig = signature()
+        if approver is not None:
+            trailers += [f"Reef-Approved-By: {approver}", f"Reef-Approved-At: {_iso(sig.time)}"]
+        message = subject + "\n\n" + "\n".join(trailers) + "\n"
         commit = repo.create_commit(None, sig, sig, message, tree_oid, parents)
         self._swap(RELEASE_REF, expected, commit, message=subject)
         self._tip = None
         release = self._release_of(commit_at(repo, commit))
-        self._ensure_tag(release, ask=ask, verdict=verdict)
+        self._ensure_tag(release)
         return release
 
     def rollback(self, release: int | str, *, expected: str | None) -> Release:
@@ -275,13 +317,16 @@ class ReleaseChain:
                     continue
                 raise ConflictError(f"{name} moved while publishing: {exc}") from exc
 
-    def _ensure_tag(self, release: Release, *, ask: str | None, verdict: str | None) -> None:
+    def _ensure_tag(self, release: Release) -> None:
         repo = self._repo
         lines = [f"{release.name} {release.operation}", ""]
-        if ask:
-            lines.append(f"ask: {ask}")
-        if verdict:
-            lines.append(f"verdict: {verdict}")
+        if release.ask:
+            lines.append(f"ask: {release.ask}")
+        if release.verdict:
+            lines.append(f"verdict: {release.verdict}")
+        if release.approved_by:
+            when = f" at {_iso(release.approved_at)}" if release.approved_at is not None else ""
+            lines.append(f"approved by {release.approved_by}{when}")
         lines += ["", f"Reef-Release: {release.number}", f"Reef-Operation: {release.operation}"]
         tagger = signature()
         tag = (
@@ -305,7 +350,7 @@ class ReleaseChain:
                 break
             missing.append(release)
         for release in reversed(missing):
-            self._ensure_tag(release, ask=release.ask, verdict=release.verdict)
+            self._ensure_tag(release)
         return sorted(r.number for r in missing)
 
     # -- candidates and pending releases -------------------------------------------------
@@ -396,8 +441,16 @@ class ReleaseChain:
         if not create_ref_exclusive(self._repo, f"{PENDING_PREFIX}{step}", pygit2.Oid(hex=candidate.commit)):
             raise ConflictError(f"candidate {step} is already pending")
 
-    def promote(self, step: int, *, expected: str | None, tree: str | None = None) -> Release:
-        """Publish a pending candidate as a new release and clear it from pending.
+    def promote(
+        self,
+        step: int,
+        *,
+        expected: str | None,
+        tree: str | None = None,
+        approved_by: str | None = None,
+    ) -> Release:
+        """Publish a pending candidate as a new release, approved by ``approved_by``, and clear it
+        from pending.
 
         ``tree`` replaces the candidate's own when the chain moved after it was made and its
         change was rebuilt on the new tip.
@@ -414,6 +467,7 @@ class ReleaseChain:
                     ask=candidate.ask,
                     verdict="approved",
                     source=f"candidate {step}",
+                    approved_by=approved_by,
                 )
                 txn.remove(name)
                 return done

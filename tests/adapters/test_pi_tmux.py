@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.adapters.conftest import SCENARIO, Machine
@@ -85,11 +86,14 @@ def test_update_notice_versions_and_approving_a_pending_release_in_interactive_p
 
     # a pending release: confirmed in pi's own dialog, promoted, installed
     pane.send("/versions c2 install", "Enter")
-    shown = pane.wait_for(r"Approve c2\?")
-    assert "extension code that will run on this machine" in shown
+    shown = pane.wait_for(r"Approve c2 of dev\?")
+    assert "Approve c2 of dev? It runs extensions/hello.ts with your privileges." in shown
+    assert re.search(r"pi runs this code with your privileges:\s+extensions/hello\.ts \(new\)", shown)
     pane.send("Enter")  # "Yes" is selected
     pane.wait_for(r"reef: installed v2\. Type /reload", timeout=60)
     assert machine.sidecar()["release"] == "v2"
+    v2 = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/releases").json()["releases"][0]
+    assert v2["release"] == "v2" and v2["approved_by"].endswith(" via pi /versions") and v2["approved_at"]
     assert (machine.agent / "extensions" / "hello.ts").is_file()
 
     pane.send("/reload", "Enter")

@@ -117,6 +117,7 @@ def test_a_pending_release_waits_and_print_mode_will_not_approve_it(
     assert refused.returncode == 0
     assert "reef: c1 waits for approval" in refused.stderr  # the session-start notice
     assert "needs a person's approval, which print mode cannot ask for" in refused.stderr
+    assert "pi runs this code with your privileges:\n  extensions/hello.ts (new)\n" in refused.stderr
     assert f"  reef promote {SCENARIO} c1\n" in refused.stderr
     listing = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/releases").json()
     assert listing["releases"] == [] and [s["pending"] for s in listing["steps"]] == [True]

@@ -17,8 +17,8 @@ __all__ = ["candidate", "chat", "publish", "reef", "releases_of"]
 _runner = CliRunner()
 
 
-def reef(*args: str, env: dict[str, str] | None = None) -> Result:
-    return _runner.invoke(app, list(args), env=env)
+def reef(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:
+    return _runner.invoke(app, list(args), env=env, input=input)
 
 
 def chat(

@@ -48,7 +48,7 @@ def test_an_ask_that_changes_code_waits_for_a_person_then_promote_publishes_it(d
     assert "pending → c1 changes code and waits for a person" in result.stdout
     assert "reef promote s c1" in result.stdout
     assert releases_of(daemon.state_dir, "s") == []
-    promoted = reef("promote", "s", "c1", *url)
+    promoted = reef("promote", "s", "c1", "--yes", *url)
     assert promoted.exit_code == 0, promoted.output
     assert releases_of(daemon.state_dir, "s") == ["v1"]
 

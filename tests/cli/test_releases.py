@@ -7,9 +7,10 @@ import json
 import httpx
 import pytest
 
-from reef_core.client import DaemonUnavailable
+from reef_core.client import DaemonUnavailable, approver
 from reef_core.store import Store
 from tests.cli.support import candidate, chat, publish, reef, releases_of
+from tests.conftest import git
 
 
 @pytest.fixture
@@ -114,14 +115,43 @@ def test_operations_need_a_daemon_and_say_so_in_one_line(no_daemon_by_default, c
     )
 
 
-def test_promote_publishes_a_pending_candidate_and_twice_is_a_conflict(chain):
-    result = reef("promote", "s", "c2", "--url", chain.url)
+def test_promote_names_the_code_it_runs_and_asks_first(chain):
+    url = ("--url", chain.url)
+    said_no = reef("promote", "s", "c2", *url, input="n\n")
+    assert said_no.exit_code == 1 and "serves" not in said_no.stdout
+    assert "The harness runs this code with your privileges:\n  extensions/hook.ts (new)\n" in said_no.stderr
+    assert "rules/style.md" not in said_no.stderr  # a rule runs nothing
+    assert "Approve c2 of s? It runs extensions/hook.ts with your privileges. [y/N]:" in said_no.stderr
+    assert "add a [bold]hook[/bold]" in said_no.stderr  # the ask, as written
+    assert said_no.stderr.rstrip().endswith("error: c2 stays pending; nothing was changed")
+    unasked = reef("promote", "s", "c2", *url)  # no terminal, no --yes: nobody to ask
+    assert unasked.exit_code == 1 and "c2 stays pending: there was no answer" in unasked.stderr
+    assert "--yes" in unasked.stderr
+    assert releases_of(chain.state_dir, "s") == ["v2", "v1"]
+    assert Store(chain.state_dir).reader("s").releases.pending() == [2]
+
+    result = reef("promote", "s", "c2", *url, input="y\n")
     assert result.exit_code == 0, result.output
     assert "v3 serves it" in result.stdout
+
+
+def test_promote_publishes_a_pending_candidate_with_its_approver_and_twice_is_a_conflict(chain):
+    result = reef("promote", "s", "c2", "--yes", "--url", chain.url)
+    assert result.exit_code == 0, result.output
+    assert "v3 serves it" in result.stdout and "Approve" not in result.output
     reader = Store(chain.state_dir).reader("s")
     tip = reader.releases.tip()
     assert tip.name == "v3" and tip.source == "candidate 2" and reader.releases.pending() == []
     assert "extensions/hook.ts" in reader.releases.files(tip)
+    who = approver("reef promote")
+    assert tip.approved_by == who and who.endswith(" via reef promote")
+    shown = git("--git-dir", chain.repo("s"), "log", "-1", "release").stdout
+    assert f"Reef-Approved-By: {who}" in shown and "Reef-Approved-At: " in shown
+    listing = json.loads(reef("releases", "s", "--url", chain.url, "--json").stdout)
+    v3 = listing["releases"][0]
+    assert (v3["approved_by"], v3["approved_at"]) == (who, tip.approved_at)
+    c2 = next(s for s in listing["steps"] if s["name"] == "c2")
+    assert (c2["approved_by"], c2["executable"]) == (who, None)  # published: no longer waits
     again = reef("promote", "s", "c2", "--url", chain.url)
     assert again.exit_code == 3 and again.stderr.startswith("error: ")
     assert releases_of(chain.state_dir, "s") == ["v3", "v2", "v1"]
@@ -155,3 +185,16 @@ def test_a_candidate_name_that_is_not_one_is_a_usage_error(chain, name):
 def test_debug_lets_the_error_through_with_its_traceback(no_daemon_by_default):
     result = reef("--debug", "rollback", "s", "v1")
     assert result.exit_code != 0 and isinstance(result.exception, DaemonUnavailable)
+
+
+def test_the_promote_route_names_a_bad_approver_and_records_an_unnamed_one(chain):
+    route = f"{chain.url}/reef/scenarios/s/promote"
+    for bad in (7, "", "alice\nReef-Release: 9"):
+        answer = httpx.post(route, json={"release": "c2", "approved_by": bad})
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["param"] == "approved_by" and "approved_by must" in error["message"]
+    assert Store(chain.state_dir).reader("s").releases.pending() == [2]
+    done = httpx.post(route, json={"release": "c2"})  # an older client: it names nobody
+    assert done.status_code == 200, done.text
+    assert Store(chain.state_dir).reader("s").releases.tip().approved_by == "an unnamed client"

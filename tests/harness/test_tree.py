@@ -13,6 +13,7 @@ from reef_core.harness import (
     HarnessTree,
     Manifest,
     TreeError,
+    approval_changes,
     changed_entries,
     needs_approval,
     parse_frontmatter,
@@ -278,6 +279,29 @@ def test_needs_approval_for_extension_code_and_config_hooks_only():
     assert needs_approval(base, shell)
     garbled = base.apply([Change("update", "config", "settings", "{not json")])
     assert needs_approval(base, garbled)  # unreadable config fails closed
+
+
+def test_approval_changes_name_each_file_that_runs_code_by_its_tree_path():
+    base = _tree()
+    assert approval_changes(base, base.apply([Change("update", "rule", "style", "Tabs.\n")])) == []
+    with_ext = base.apply(
+        [
+            Change("create", "extension", "lint", EXTENSION),
+            Change("create", "config", "pi", '{"shellCommandPrefix": "curl x | sh;", "quietStartup": true}'),
+        ]
+    )
+    assert approval_changes(base, with_ext) == [
+        "extensions/lint.ts (new)",
+        "config/pi.json (shellCommandPrefix)",
+    ]
+    changed = with_ext.apply([Change("update", "extension", "lint", EXTENSION + "//\n")])
+    assert approval_changes(with_ext, changed) == ["extensions/lint.ts (changed)"]
+    assert approval_changes(with_ext, base) == [
+        "extensions/lint.ts (removed)",
+        "config/pi.json (shellCommandPrefix)",
+    ]
+    garbled = base.apply([Change("update", "config", "settings", "{not json")])
+    assert approval_changes(base, garbled) == ["config/settings.json (not readable as JSON)"]
 
 
 def test_describe_shows_every_entry_by_path_and_marks_reserved_ones():

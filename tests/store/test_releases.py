@@ -118,6 +118,32 @@ def test_candidates_pending_promote_and_reject(scenario):
     git("-C", path, "fsck", "--strict", "--no-dangling")
 
 
+def test_promote_records_who_approved_and_when_where_git_shows_it(scenario):
+    chain = scenario.releases
+    v1 = chain.publish(_tree(scenario, {"a": "1"}), expected=None, operation="creation")
+    c = chain.create_candidate(
+        _tree(scenario, {"extensions/x.ts": "export default 1"}), base=v1, verdict="pending"
+    )
+    chain.mark_pending(c.step)
+    for bad in ("", "   ", "alice\nReef-Release: 9", "x" * 201, 7):
+        with pytest.raises(InvalidInput, match="approved_by must name who approved") as caught:
+            chain.promote(c.step, expected=v1.commit, approved_by=bad)  # type: ignore[arg-type]
+        assert caught.value.field == "approved_by"
+    assert chain.pending() == [c.step] and [r.name for r in chain] == ["v1"]  # nothing written
+
+    v2 = chain.promote(c.step, expected=v1.commit, approved_by="  alice via reef review ")
+    assert v2.approved_by == "alice via reef review"
+    commit = git("-C", str(scenario.path), "show", "-s", "--format=%B%n%ct", "release").stdout
+    assert "Reef-Approved-By: alice via reef review" in commit
+    at = commit.split("Reef-Approved-At: ")[1].split()[0]
+    assert v2.approved_at == int(commit.split()[-1]) == v2.created_at  # the moment it was published
+    assert at.endswith("Z") and "T" in at
+    tag = git("-C", str(scenario.path), "cat-file", "-p", "v2").stdout
+    assert f"approved by alice via reef review at {at}" in tag
+    assert chain.get("v2") == v2 and chain.tip() == v2
+    assert v1.approved_by is None and v1.approved_at is None
+
+
 def test_promote_against_a_moved_chain_conflicts_and_keeps_it_pending(scenario):
     chain = scenario.releases
     v1 = chain.publish(_tree(scenario, {"a": "1"}), expected=None, operation="creation")

@@ -9,13 +9,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from textual.widgets import Static
 
+from reef_cli.output import when
 from reef_cli.review import make_app
 from reef_cli.tui import ReviewApp
 from reef_cli.tui.confirm import ConfirmScreen
 from reef_cli.tui.model import Selection
 from reef_cli.tui.score_line import ScoreLine
 from reef_cli.tui.tree import ScenarioTree
+from reef_core.client import approver
 from reef_core.store import Store, build_tree
 from tests.cli.support import reef
 from tests.conftest import git
@@ -52,6 +55,11 @@ def row(app: ReviewApp, name: str) -> str:
     return next(line for line in labels(app) if line.replace("●", " ").split()[0] == name)
 
 
+def dialog_text(screen: ConfirmScreen) -> str:
+    """The question and its consequence, as the dialog shows them."""
+    return "\n".join(str(static.content) for static in screen.query(Static))
+
+
 def tip(repo: str) -> str:
     return git("--git-dir", repo, "describe", "--tags", "--exact-match", "release").stdout.strip()
 
@@ -75,6 +83,12 @@ def test_approve_a_pending_candidate_after_reading_its_diff(daemon):
 
             await pilot.press("a")
             assert isinstance(app.screen, ConfirmScreen)
+            question = dialog_text(app.screen)
+            assert "Approve c2 of s? It runs extensions/format.ts with your privileges." in question
+            assert (
+                "The harness runs this code with your privileges:\n  extensions/format.ts (new)" in question
+            )
+            assert "rules/format.md" not in question  # a rule runs nothing
             await pilot.press("n")  # changed my mind: nothing happens
             assert not isinstance(app.screen, ConfirmScreen)
             assert tip(repo) == "v2"
@@ -86,9 +100,20 @@ def test_approve_a_pending_candidate_after_reading_its_diff(daemon):
             assert "approved c2: v3 now serves s" in status_text(app)
             assert "✓ selected → v3" in row(app, "c2")
             assert row(app, "v3").startswith("● v3")
+            v3 = Store(daemon.state_dir).reader("s").releases.get("v3")
+            approved = f"approved by {approver('reef review')} at {when(v3.approved_at)}"
+            shown = pane_text(app)  # c2, still selected
+            assert f"built on v2 · published as v3 · {approved}" in shown
+            assert "verdict: pending" not in shown
+            await select(pilot, Selection("s", "release", "v3"))
+            assert f"built on v2 · {approved}" in pane_text(app)
 
     run(scenario())
     assert tip(repo) == "v3"
+    assert (
+        f"Reef-Approved-By: {approver('reef review')}"
+        in git("--git-dir", repo, "log", "-1", "release").stdout
+    )
     assert git("--git-dir", repo, "show", "release:extensions/format.ts").stdout.startswith("export default")
     assert git("--git-dir", repo, "for-each-ref", "refs/reef/pending").stdout == ""
 
