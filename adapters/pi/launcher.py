@@ -50,7 +50,7 @@ from reef_core.errors import ReefError, Unauthorized
 from reef_core.ids import validate_scenario_name
 from reef_core.release.listing import approval_question, code_notice
 
-__all__ = ["COMMANDS", "Layout", "main", "versions_table"]
+__all__ = ["COMMANDS", "Layout", "main", "require_daemon", "versions_table"]
 
 COMMANDS = ("evolve", "versions", "update", "report", "doctor", "help")
 PI_VERSION = "0.73.1"  # adapters.pi.install pins the same one
@@ -189,6 +189,22 @@ def _parse(prog: str, args: list[str], build: Callable[[_Parser], None]) -> argp
     return parser.parse_args(args)
 
 
+# ------------------------------------------------------------------------------------ the daemon
+# What any harness launcher checks before it starts its harness, and what its doctor reports:
+# adapter-neutral, so a launcher core shared by the adapters can take it as it is.
+
+_HEALTH_TIMEOUT_S = 3.0  # a daemon on this machine answers /healthz in milliseconds
+_INFO_ONLY = frozenset({"-h", "--help", "-v", "--version"})  # pi answers these without a model
+
+
+def require_daemon(client: ReefClient) -> dict[str, Any]:
+    """``GET /healthz``; when no daemon answers, :class:`DaemonUnavailable` saying how to start one."""
+    try:
+        return client.health()
+    except DaemonUnavailable as exc:
+        raise DaemonUnavailable(f"{exc.message}: start it with `reef serve`") from exc
+
+
 # ------------------------------------------------------------------------------------ running pi
 
 
@@ -196,6 +212,10 @@ def _run_pi(ctx: _Context, args: list[str]) -> int:
     online = ctx.env.get("REEF_PI_ONLINE", "").lower() in ("1", "true", "yes")
     if args[:1] == ["--online"]:
         online, args = True, args[1:]
+    if not _INFO_ONLY.intersection(args):
+        # pi would fail on its first model call with only "Connection error.": say why, before it starts
+        with ctx.client(timeout=_HEALTH_TIMEOUT_S) as client:
+            require_daemon(client)
     installed = _installed(ctx)
     pi = _pi_path(ctx, installed)
     tag = uuid.uuid4().hex
@@ -531,7 +551,7 @@ def _doctor(ctx: _Context, args: list[str]) -> int:
     reachable = False
     try:
         with ctx.client(timeout=5.0) as client:
-            health = client.health()
+            health = require_daemon(client)
             reachable = True
             lines.append((True, "reef daemon", f"{ctx.url} answers (reef {health.get('version')})"))
             try:
@@ -546,7 +566,7 @@ def _doctor(ctx: _Context, args: list[str]) -> int:
             except ReefError:
                 pass
     except ReefError as exc:
-        lines.append((False, "reef daemon", f"{exc.message}: start it with `reef serve`"))
+        lines.append((False, "reef daemon", exc.message))
         listing = None
     sidecar = _read_sidecar(ctx.layout)
     if sidecar is None:

@@ -138,7 +138,9 @@ def test_a_pending_release_waits_and_print_mode_will_not_approve_it(
 
 
 @pytest.mark.e2e
-def test_doctor_passes_when_everything_is_there_and_fails_without_the_daemon(make_reef, machine: Machine):
+def test_doctor_passes_then_without_the_daemon_doctor_and_a_pi_run_say_to_start_it(
+    make_reef, machine: Machine
+):
     reef = make_reef()
     machine.install(reef)
     ok = machine.reef_pi("doctor")
@@ -149,11 +151,22 @@ def test_doctor_passes_when_everything_is_there_and_fails_without_the_daemon(mak
     ]  # fmt: skip
     assert all(line.startswith("ok ") for line in lines)
     reef.stop()
+    said = (
+        f"no reef daemon answers at {reef.url} ([Errno 111] Connection refused): start it with `reef serve`"
+    )
     down = machine.reef_pi("doctor")
     assert down.returncode == 1
-    assert any(
-        line.startswith("FAIL  reef daemon") and "reef serve" in line for line in down.stdout.splitlines()
-    )
+    assert f"FAIL  reef daemon  {said}" in down.stdout.splitlines()
+
+    # a run of pi checks first, says the same, and never starts pi (which would say only
+    # "Connection error." after its first model call)
+    ran = machine.reef_pi("-p", "hello")
+    assert ran.returncode == 1
+    assert ran.stderr == f"reef-pi: {said}\n" and ran.stdout == ""
+    assert not (machine.base / "last-run.json").exists()  # written just before pi starts
+    # pi's own --version needs no daemon: it still runs
+    version = machine.reef_pi("--version")
+    assert version.returncode == 0 and "0.73.1" in version.stdout + version.stderr
 
 
 @pytest.mark.e2e
@@ -201,12 +214,20 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(tmp_path):
 
 
 def test_without_an_install_or_a_daemon_the_errors_say_what_to_do(tmp_path, make_reef):
-    code, _, err = run_main(tmp_path, "-p", "hi")
-    assert code == 1 and "pi is not installed for scenario dev" in err
-    assert "curl -fsSL 'http://127.0.0.1:9/reef/harness/install?adapter=pi&scenario=dev' | sh" in err
+    code, out, err = run_main(tmp_path, "-p", "hi")
+    assert code == 1 and out == ""
+    assert err == (
+        "reef-pi: no reef daemon answers at http://127.0.0.1:9 ([Errno 111] Connection refused): "
+        "start it with `reef serve`\n"
+    )
     code, _, err = run_main(tmp_path, "evolve", "be brief")
     assert code == 1 and "no reef daemon answers at http://127.0.0.1:9" in err
     reef = make_reef()
+    code, _, err = run_main(tmp_path, "-p", "hi", url=reef.url)
+    assert code == 1 and "pi is not installed for scenario dev" in err
+    assert f"curl -fsSL '{reef.url}/reef/harness/install?adapter=pi&scenario=dev' | sh" in err
+    code, _, err = run_main(tmp_path, "--version")  # pi's own: no daemon needed, only pi
+    assert code == 1 and "pi is not installed for scenario dev" in err
     code, _, err = run_main(tmp_path, "report", "--score", "1", url=reef.url)
     assert code == 1 and "no run to report on" in err
 
