@@ -12,7 +12,7 @@ import aiohttp
 from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from reef_core.upstream.lean import LeanHTTP, LeanStream
 
-__all__ = ["UpstreamClient", "UpstreamReply", "UpstreamStream"]
+__all__ = ["UpstreamClient", "UpstreamReply", "UpstreamStream", "origin"]
 
 _BODY_PREVIEW = 300
 
@@ -55,6 +55,9 @@ class UpstreamClient:
         self, base_url: str | None, *, timeout_s: float, connect_timeout_s: float = 10.0, lean: bool = True
     ) -> None:
         self.base_url = _normalise(base_url) if base_url else None
+        #: the upstream as error messages name it: scheme, host and port, never credentials
+        self.name = origin(self.base_url) if self.base_url else "(none configured)"
+        self._secret = (urlsplit(self.base_url).password or "") if self.base_url else ""
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         # POSTs to a plain-http upstream skip aiohttp (see lean.py)
@@ -70,6 +73,11 @@ class UpstreamClient:
                 read_timeout_s=timeout_s,
             )
             self._prefix = parts.path.rstrip("/")
+
+    def _describe(self, exc: BaseException) -> str:
+        """The exception's text, with the URL's password blanked should aiohttp quote the URL."""
+        text = _describe(exc)
+        return text.replace(self._secret, "***") if self._secret else text
 
     @property
     def configured(self) -> bool:
@@ -122,9 +130,9 @@ class UpstreamClient:
             async with self._ensure().request(method, url, data=body, headers=dict(headers)) as response:
                 data = await response.read()
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer {path} in time") from exc
+            raise UpstreamTimeout(f"upstream {self.name} did not answer {path} in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamUnavailable(f"upstream unreachable: {_describe(exc)}") from exc
+            raise UpstreamUnavailable(f"upstream {self.name} unreachable: {self._describe(exc)}") from exc
         _raise_for_status(response.status, data, response.headers.get("Content-Type", ""))
         return UpstreamReply(response.status, response.headers.get("Content-Type", ""), data)
 
@@ -155,9 +163,9 @@ class UpstreamClient:
         try:
             response = await self._ensure().post(url, data=body, headers=dict(headers))
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer {path} in time") from exc
+            raise UpstreamTimeout(f"upstream {self.name} did not answer {path} in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamUnavailable(f"upstream unreachable: {_describe(exc)}") from exc
+            raise UpstreamUnavailable(f"upstream {self.name} unreachable: {self._describe(exc)}") from exc
         if response.status >= 400:
             try:
                 data = await response.read()
@@ -187,6 +195,20 @@ def _normalise(url: str) -> str:
     """Accept ``http://host:port``, ``…/`` or ``…/v1``: routes are appended as ``/v1/…``."""
     base = url.rstrip("/")
     return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def origin(url: str) -> str:
+    """``http://user:pw@host:8080/v1?key=k`` → ``http://host:8080``: an upstream named in a
+    message or a log line, without its user, password, path or query."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not a number: leave it out rather than fail on a message
+        port = None
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _describe(exc: BaseException) -> str:

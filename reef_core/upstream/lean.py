@@ -166,6 +166,7 @@ class LeanHTTP:
         self._host = host
         self._port = port
         self._authority = authority.encode()
+        self.name = f"http://{authority}"  # what errors call it (lean is plain http, no userinfo)
         self._connect_timeout = connect_timeout_s
         self.read_timeout = read_timeout_s
         self._idle: list[_Connection] = []
@@ -235,9 +236,11 @@ class LeanHTTP:
                 return made[1]
         except TimeoutError as exc:
             seconds = self._connect_timeout
-            raise UpstreamTimeout(f"upstream did not accept a connection in {seconds:g}s") from exc
+            raise UpstreamTimeout(
+                f"upstream {self.name} did not accept a connection in {seconds:g}s"
+            ) from exc
         except OSError as exc:
-            raise UpstreamUnavailable(f"upstream unreachable: {exc.strerror or exc}") from exc
+            raise UpstreamUnavailable(f"upstream {self.name} unreachable: {exc.strerror or exc}") from exc
 
     async def _start(self, connection: _Connection, request: bytes, *, reused: bool) -> LeanStream:
         """Send ``request`` and read the answer's head; on any failure the connection is closed."""
