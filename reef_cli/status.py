@@ -12,6 +12,7 @@ from reef_cli import output as out
 from reef_cli.output import JsonOption
 from reef_cli.sources import UrlOption, open_source
 from reef_cli.state import StateDirOption
+from reef_core.store.space import format_bytes
 
 __all__ = ["status"]
 
@@ -36,6 +37,7 @@ def status(url: str = UrlOption, state_dir: Path | None = StateDirOption, as_jso
     else:
         console.print(f"no reef daemon at {url}: read from the repositories", highlight=False)
     console.print(f"state: {state['state_dir']}", highlight=False)
+    _warn_if_full(state.get("disk_full"))
     rows = state["scenarios"]
     if not rows:
         console.print("no scenarios yet")
@@ -72,6 +74,18 @@ def _warn_if_open(auth: dict[str, Any] | None) -> None:
             "anyone who can reach it can read every record and publish releases (set REEF_TOKEN)",
             highlight=False,
         )
+
+
+def _warn_if_full(full: dict[str, Any] | None) -> None:
+    if not full:
+        return
+    free = full.get("free_bytes")
+    out.output.console.print(
+        f"[bold red]disk full:[/] no space left under {escape(str(full['state_dir']))} since {full['since']} "
+        f"({full['failed_writes']} writes refused with 507, "
+        f"{'?' if free is None else format_bytes(free)} free): free some space, and recording resumes",
+        highlight=False,
+    )
 
 
 def _learning(learning: dict[str, Any] | None) -> str:

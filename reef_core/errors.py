@@ -9,6 +9,7 @@
     ├── Unauthorized          a request without a valid token
     ├── PayloadTooLarge       a request body over the configured limit
     ├── StoreError            the repository could not be read or written
+    │   └── DiskFull          the file system under the state directory has no room left
     └── UpstreamError         the model endpoint failed us
         ├── UpstreamRejected  it answered 4xx (status and body kept, relayed to the caller)
         ├── UpstreamUnavailable  connection refused or reset, 5xx, no upstream configured
@@ -25,6 +26,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ConflictError",
+    "DiskFull",
     "InvalidInput",
     "NotFound",
     "PayloadTooLarge",
@@ -90,6 +92,19 @@ class PayloadTooLarge(ReefError):
 
 class StoreError(ReefError):
     code = "store_error"
+
+
+class DiskFull(StoreError):
+    """No space left under the state directory (507, Insufficient Storage): nothing was
+    stored, and writes resume by themselves once space is freed."""
+
+    code = "disk_full"
+    http_status = 507
+
+    def __init__(self, message: str, *, free_bytes: int | None, state_dir: str) -> None:
+        super().__init__(message)
+        self.free_bytes = free_bytes
+        self.state_dir = state_dir
 
 
 class UpstreamError(ReefError):

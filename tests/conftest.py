@@ -57,3 +57,47 @@ def scenario(store: Store):
     opened = store.open("demo", create=True)
     yield opened
     opened.close()
+
+
+class SmallDisk:
+    """A tmpfs of its own, and a filler file that takes what is free on it (a full disk)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.filler = path / "filler"
+
+    def free(self) -> int:
+        return os.statvfs(self.path).f_bavail * os.statvfs(self.path).f_frsize
+
+    def fill(self, leave: int = 0) -> None:
+        """Take all the free space but ``leave`` bytes (rounded down to whole pages)."""
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for size in (1 << 20, 65536, 4096, 512, 1):
+                chunk = b"\0" * size
+                while self.free() - size >= leave:
+                    try:
+                        os.write(fd, chunk)
+                    except OSError:
+                        break
+        finally:
+            os.close(fd)
+
+    def make_room(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 32 MB tmpfs mounted for the test (root can mount one; CI runs as root)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield SmallDisk(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

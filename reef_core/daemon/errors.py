@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from reef_core.errors import (
+    DiskFull,
     PayloadTooLarge,
     ReefError,
     UpstreamRejected,
@@ -47,6 +48,7 @@ _ANTHROPIC_TYPES = {
     502: "api_error",
     503: "overloaded_error",
     504: "api_error",
+    507: "api_error",
 }
 
 
@@ -103,7 +105,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return _relay_rejection(request, exc)
     except ReefError as exc:
         status = status_of(exc)
-        if status >= 500:
+        if status >= 500 and not isinstance(exc, DiskFull):  # that one the store logs once a minute
             log.warning("%s %s -> %d: %s", request.method, request.path, status, exc.message)
         return error_response(request, status, exc.message, field=exc.field, code=exc.code)
     except web.HTTPRequestEntityTooLarge as exc:

@@ -20,7 +20,7 @@ from reef_core.daemon.errors import status_of
 from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.recording import Exchange, commit_record, verbatim
 from reef_core.daemon.relay import make_relay
-from reef_core.errors import InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
+from reef_core.errors import DiskFull, InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
 from reef_core.store import Scenario
 from reef_core.wire import translate
 from reef_core.wire.models import (
@@ -298,7 +298,11 @@ async def _stream(request, daemon, scenario, exchange, path, forward, headers, q
         exchange.response = None
         log.debug("could not assemble a broken stream: %s", exc)
     alone = daemon.inference_in_flight == 1
-    receipt = await commit_record(scenario, exchange, alone=alone) if scenario is not None else None
+    try:
+        receipt = await commit_record(scenario, exchange, alone=alone) if scenario is not None else None
+    except DiskFull as exc:  # the answer went out whole, but it could not be recorded: say so
+        receipt = None
+        exchange.complete, exchange.error = False, exc.message
     if client_gone:
         return response
     try:

@@ -30,7 +30,12 @@ _MAX_LIMIT = 1000
 
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True, "version": __version__})
+    """200 while the daemon answers; ``degraded`` (still 200) while it cannot store writes."""
+    full = daemon_of(request).scenarios.store.space.describe()
+    if full is None:
+        return web.json_response({"ok": True, "status": "ok", "version": __version__})
+    reason = f"no space left under the state directory {full['state_dir']}: writes get 507"
+    return web.json_response({"ok": True, "status": "degraded", "reason": reason, "version": __version__})
 
 
 @routes.post("/reef/report")
@@ -166,6 +171,7 @@ async def status(request: web.Request) -> web.Response:
             "recipe": settings.recipe.name,
             "upstream": {"url": daemon.upstream.base_url, "api": daemon.upstream_format},
             "state_dir": str(settings.storage.state_dir),
+            "disk_full": daemon.scenarios.store.space.describe(),
             "auth": {
                 "required": bool(settings.reef.tokens),
                 "listening": settings.reef.host,

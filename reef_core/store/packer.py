@@ -300,6 +300,26 @@ def _remove_packs(pack_dir: Path, names: list[str]) -> None:
                 pass
 
 
+def _remove_git_leftovers(repo_path: Path, *, since: float) -> None:
+    """Remove the temporary files a failed git run of this repack left in ``objects/pack``
+    (``tmp_pack_…``, ``tmp_idx_…``: git leaves them when it cannot write, on a full disk for
+    one, where they hold the space the next write needs).  Only files made since the repack
+    started, which only its own git could have made: the repack lock keeps others out."""
+    pack_dir = repo_path / "objects" / "pack"
+    try:
+        entries = list(os.scandir(pack_dir))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if not entry.name.startswith("tmp_"):
+            continue
+        try:
+            if entry.stat().st_mtime >= since - 1:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+
+
 def _packed_tip(repo_path: Path) -> str | None:
     """Where the last compression's walk stopped, if that commit is still there."""
     try:
@@ -410,6 +430,7 @@ class Packer:
                 return False
 
     def _repack(self) -> None:
+        wall_start = time.time()
         lock = _open_lock(self._path)
         kept: list[str] = []
         try:
@@ -435,6 +456,7 @@ class Packer:
         self.runs += 1
         if failure is not None:
             self.failures += 1
+            _remove_git_leftovers(self._path, since=wall_start)
             log.warning("repack of %s failed: %s", self._path, failure)
         elif self._on_repacked is not None:
             self._on_repacked()

@@ -100,7 +100,14 @@ class PackBuilder:
         name = checksum.hex()
         stem = os.path.join(pack_dir, f"pack-{name}")
         _write_file(stem + ".idx", self._index_bytes(checksum), fsync, spares)
-        _write_file(stem + ".pack", b"".join([header, *self._chunks, checksum]), fsync, spares)
+        try:
+            _write_file(stem + ".pack", b"".join([header, *self._chunks, checksum]), fsync, spares)
+        except BaseException:
+            # an index whose pack never arrived (a full disk, say) would stay until the next
+            # writer's repair (remove_incomplete_packs); take it back now
+            if not os.path.exists(stem + ".pack"):
+                Path(stem + ".idx").unlink(missing_ok=True)
+            raise
         if fsync:
             fsync_dir(pack_dir)
         return stem + ".pack"

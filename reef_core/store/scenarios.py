@@ -12,10 +12,11 @@ sit beside a running daemon.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import pygit2
 
-from reef_core.errors import NotFound, StoreError
+from reef_core.errors import DiskFull, NotFound, StoreError
 from reef_core.ids import validate_scenario_name
 from reef_core.store.data import DataReader
 from reef_core.store.packer import Packer
@@ -31,6 +32,7 @@ from reef_core.store.packs import remove_incomplete_packs
 from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
 from reef_core.store.scratch import leftovers
+from reef_core.store.space import SpaceWatch, out_of_space
 from reef_core.store.writer import SPARE_FILES, GroupCommitWriter
 
 __all__ = [
@@ -63,7 +65,7 @@ class ScenarioReader:
 class Scenario(ScenarioReader):
     """One scenario opened for writing by this process."""
 
-    def __init__(self, name: str, path: Path, options: StoreOptions) -> None:
+    def __init__(self, name: str, path: Path, options: StoreOptions, space: SpaceWatch | None = None) -> None:
         self._lock = WriterLock(path)
         self._lock.acquire()
         try:
@@ -85,6 +87,7 @@ class Scenario(ScenarioReader):
                 spare_files=options.spare_files,
                 reuse=reuse,
                 on_batch=self.packer.note_written,
+                space=space,
             )
         except BaseException:
             self._lock.release()
@@ -142,6 +145,8 @@ class Store:
         self.options = options or StoreOptions()
         self.scenarios_dir = self.state_dir / "scenarios"
         self.archive_dir = self.state_dir / "archive"
+        #: whether writes fail for lack of space (one state for every scenario under it)
+        self.space = SpaceWatch(self.state_dir)
         if self.options.fsync:
             # global in libgit2 and read when a repository is opened: set before any open
             pygit2.settings.enable_fsync_gitdir(True)
@@ -163,15 +168,27 @@ class Store:
 
     def create(self, name: str) -> bool:
         """Create scenario ``name``; False if it already existed."""
-        return init_bare(self.path_of(name))
+        path = self.path_of(name)
+        with self._space_checked(f"creating {name}"):
+            return init_bare(path)
 
     def open(self, name: str, *, create: bool = False) -> Scenario:
         path = self.path_of(name)
-        if create:
-            init_bare(path)
-        elif not (path / "HEAD").exists():
-            raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
-        return Scenario(name, path, self.options)
+        with self._space_checked(f"opening {name}"):
+            if create:
+                init_bare(path)
+            elif not (path / "HEAD").exists():
+                raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
+            return Scenario(name, path, self.options, self.space)
+
+    @contextlib.contextmanager
+    def _space_checked(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (OSError, pygit2.GitError, StoreError) as exc:
+            if out_of_space(exc) and not isinstance(exc, DiskFull):
+                raise self.space.failed(exc, what) from exc
+            raise
 
     def reader(self, name: str) -> ScenarioReader:
         path = self.path_of(name)

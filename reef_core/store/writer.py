@@ -44,6 +44,7 @@ from reef_core.store.data import DATA_REF, DataReader, format_message, parse_cou
 from reef_core.store.packs import BLOB, COMMIT, PackBuilder, TreeEncoder
 from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, move_ref, read_ref, tree_at
 from reef_core.store.scratch import RefFiles, Spares
+from reef_core.store.space import SpaceWatch, out_of_space
 
 __all__ = [
     "GroupCommitWriter",
@@ -141,10 +142,13 @@ class GroupCommitWriter:
         spare_files: int = SPARE_FILES,
         reuse: Iterable[str] = (),
         on_batch: Callable[[int, int], None] | None = None,
+        space: SpaceWatch | None = None,
     ) -> None:
         """``reuse``: files to empty and take as spare files before making any (what a
-        previous writer left, :func:`~reef_core.store.scratch.leftovers`)."""
+        previous writer left, :func:`~reef_core.store.scratch.leftovers`); ``space``: told of
+        writes that fail for lack of space, and of each that succeeds (``space.py``)."""
         self._handle = handle
+        self._space = space
         self._fsync = fsync
         self._hot: _HotTree | None = None
         self._hot_tip: str | None = None
@@ -343,10 +347,17 @@ class GroupCommitWriter:
             with self._submit_lock:  # before the callers hear: one may write its next item now
                 self._queued -= len(batch)
         if failure is not None:
-            log.error("writing %d item(s) to %s failed", len(batch), self._handle.path, exc_info=failure)
-            error = failure if isinstance(failure, StoreError) else StoreError(f"write failed: {failure}")
+            error: Exception
+            if self._space is not None and out_of_space(failure):
+                where = f"writing {len(batch)} item(s) to {self._handle.path.name}"
+                error = self._space.failed(failure, where, items=len(batch))
+            else:
+                log.error("writing %d item(s) to %s failed", len(batch), self._handle.path, exc_info=failure)
+                error = failure if isinstance(failure, StoreError) else StoreError(f"write failed: {failure}")
             _settle_all(batch, error)
             return
+        if self._space is not None:
+            self._space.ok()
         _settle_all(batch, None)
         if self._on_batch is not None:
             try:
@@ -390,8 +401,9 @@ class GroupCommitWriter:
         inline write never waits for it."""
         try:
             self._spares.restock(most)
-        except OSError:  # a full disk, say: the next commit makes what it needs itself
-            log.warning("could not prepare %s", self._spares.directory, exc_info=True)
+        except OSError as exc:  # a full disk, say: the next commit makes what it needs itself
+            if not out_of_space(exc):  # that one the commits report, once a minute
+                log.warning("could not prepare %s", self._spares.directory, exc_info=True)
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
         delay = 0.001
@@ -427,6 +439,9 @@ class GroupCommitWriter:
                 else:
                     move_ref(self._handle.path, DATA_REF, tip, head, fsync=self._fsync, files=self._ref_files)
             except (pygit2.GitError, StoreError, ConflictError, OSError) as exc:
+                if out_of_space(exc):  # not a race: another try would fail the same way
+                    self._hot = None
+                    raise
                 # The ref moved or its lock is held: rebuild on the new tip and try again.
                 log.warning("data ref update raced (%s); retrying", exc)
                 self._hot = None
