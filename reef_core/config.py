@@ -110,6 +110,10 @@ class StorageSettings:
     fsync: bool = _setting(False, "fsync every object (survives power loss; slower)")
     max_batch: int = _setting(256, "most items written per group commit")
     pack_every: int = _setting(2000, "items (or 1/20 as many batches) between background repacks (0: never)")
+    max_open_scenarios: int = _setting(
+        64, "most scenarios held open for writing at once (fewer when the open-file limit is low)"
+    )
+    idle_close_s: float = _setting(300.0, "seconds a scenario may sit unused before it is closed (0: never)")
 
 
 _SECTIONS: dict[str, type] = {

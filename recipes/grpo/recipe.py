@@ -58,6 +58,7 @@ class GrpoConfig:
 class GrpoRecipe(Recipe):
     name = "grpo"
     consumes = frozenset({"record", "report"})
+    detachable = False  # the scored samples waiting for a step are held in memory
 
     def __init__(self, context: RecipeContext) -> None:
         super().__init__(context)

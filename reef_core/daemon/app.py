@@ -19,7 +19,7 @@ from reef_core.daemon.errors import error_middleware
 from reef_core.daemon.learners import Learners
 from reef_core.daemon.model_calls import UpstreamModel
 from reef_core.daemon.parsing import MAX_JSON_DEPTH
-from reef_core.daemon.registry import OpenScenarios
+from reef_core.daemon.registry import LEARNER_QUIET_S, OpenScenarios
 from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.errors import ConfigError
 from reef_core.hosts import is_loopback
@@ -99,6 +99,12 @@ def build_app(settings: Settings) -> web.Application:
             field="reef.max_json_depth",
         )
     storage = settings.storage
+    if storage.max_open_scenarios < 1 or storage.idle_close_s < 0:
+        raise ConfigError(
+            "storage.max-open-scenarios must be at least 1 and storage.idle-close-s at least 0 "
+            f"(got {storage.max_open_scenarios} and {storage.idle_close_s})",
+            field="storage.max_open_scenarios" if storage.max_open_scenarios < 1 else "storage.idle_close_s",
+        )
     store = Store(
         storage.state_dir,
         StoreOptions(max_batch=storage.max_batch, pack_every=storage.pack_every, fsync=storage.fsync),
@@ -121,7 +127,15 @@ def build_app(settings: Settings) -> web.Application:
         )
     daemon = Daemon(
         settings=settings,
-        scenarios=OpenScenarios(store, implicit=settings.reef.implicit_scenarios, on_open=learners.attach),
+        scenarios=OpenScenarios(
+            store,
+            implicit=settings.reef.implicit_scenarios,
+            on_open=learners.attach,
+            on_close=learners.detach,
+            can_close=lambda name: learners.can_detach(name, LEARNER_QUIET_S),
+            max_open=storage.max_open_scenarios,
+            idle_close_s=storage.idle_close_s,
+        ),
         upstream=UpstreamClient(settings.inference.upstream_url, timeout_s=settings.inference.timeout_s),
         reports=ReportDesk(),
         asks=KeyedDesk("ask"),
@@ -149,6 +163,9 @@ def build_app(settings: Settings) -> web.Application:
     async def lend_model(app: web.Application) -> None:
         context.model = UpstreamModel(daemon, asyncio.get_running_loop())
 
+    async def sweep_idle_scenarios(app: web.Application) -> None:
+        daemon.scenarios.start_sweeping()
+
     async def shutdown(app: web.Application) -> None:
         await asyncio.to_thread(learners.stop)
         await daemon.upstream.close()
@@ -157,6 +174,7 @@ def build_app(settings: Settings) -> web.Application:
     if wants_local_model(settings):
         app.on_startup.append(start_local_model)
     app.on_startup.append(lend_model)
+    app.on_startup.append(sweep_idle_scenarios)
     app.on_cleanup.append(shutdown)
     return app
 

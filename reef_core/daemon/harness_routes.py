@@ -49,8 +49,10 @@ async def train(request: web.Request) -> web.Response:
             "start it with --recipe reefine",
             field="recipe",
         )
-    scenario = await daemon.scenarios.get(name)
-    ask_id, created = await daemon.asks.append(scenario, ask.content(), key=ask.key, summary=ask.summary())
+    async with daemon.scenarios.use(name) as scenario:
+        ask_id, created = await daemon.asks.append(
+            scenario, ask.content(), key=ask.key, summary=ask.summary()
+        )
     if created:
         daemon.learners.notify(name)
     tokens = daemon.settings.reef.tokens

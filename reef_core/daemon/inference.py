@@ -159,7 +159,21 @@ async def _answer(request: web.Request, daemon: Daemon, client_format: str) -> w
     capture = _capture(request)
     raw, body = await json_body(request)
     _validate(body)
-    scenario = await daemon.scenarios.get(name) if capture else None
+    if not capture:
+        return await _exchange(request, daemon, client_format, name, raw, body, None)
+    async with daemon.scenarios.use(name) as scenario:  # kept open until the record is written
+        return await _exchange(request, daemon, client_format, name, raw, body, scenario)
+
+
+async def _exchange(
+    request: web.Request,
+    daemon: Daemon,
+    client_format: str,
+    name: str,
+    raw: bytes,
+    body: dict[str, Any],
+    scenario: Scenario | None,
+) -> web.StreamResponse:
     release = scenario.releases.tip() if scenario is not None else None
     upstream_format = daemon.upstream_format
     stream = bool(body.get("stream"))

@@ -74,6 +74,14 @@ class Learners:
             "recipe": _summarise(stats) if isinstance(stats, dict) else None,
         }
 
+    def can_detach(self, name: str, quiet_s: float) -> bool:
+        """Whether ``name``'s worker may be stopped now, with its scenario: none runs, or its
+        recipe keeps nothing in memory and it has been idle for ``quiet_s``."""
+        worker = self.workers.get(name)
+        if worker is None:
+            return True
+        return worker.recipe.detachable and worker.state == "idle" and worker.idle_for() >= quiet_s
+
     def detach(self, name: str) -> None:
         worker = self.workers.pop(name, None)
         if worker is not None:

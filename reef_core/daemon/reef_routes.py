@@ -46,8 +46,8 @@ async def report(request: web.Request) -> web.Response:
     parsed = parse_report(body)
     if not daemon.scenarios.store.exists(name):
         raise NotFound(f"no scenario {name!r}", field="x-reef-scenario")
-    scenario = await daemon.scenarios.get(name, create=False)
-    report_id, created = await daemon.reports.submit(scenario, parsed)
+    async with daemon.scenarios.use(name, create=False) as scenario:
+        report_id, created = await daemon.reports.submit(scenario, parsed)
     if created:
         daemon.learners.notify(name)
     return web.json_response(
@@ -172,6 +172,11 @@ async def status(request: web.Request) -> web.Response:
             "upstream": {"url": daemon.upstream.base_url, "api": daemon.upstream_format},
             "state_dir": str(settings.storage.state_dir),
             "disk_full": daemon.scenarios.store.space.describe(),
+            "open_scenarios": {
+                "open": len(daemon.scenarios.open_names),
+                "limit": daemon.scenarios.max_open,
+                "idle_close_s": daemon.scenarios.idle_close_s,
+            },
             "auth": {
                 "required": bool(settings.reef.tokens),
                 "listening": settings.reef.host,

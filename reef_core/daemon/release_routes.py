@@ -9,8 +9,9 @@ Pending candidates have no release number until promoted; they are named by thei
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -30,11 +31,14 @@ routes = web.RouteTableDef()
 UNNAMED_APPROVER = "an unnamed client"
 
 
-async def _open(daemon: Daemon, name: str) -> Scenario:
+@contextlib.asynccontextmanager
+async def _opened(daemon: Daemon, name: str) -> AsyncIterator[Scenario]:
+    """Scenario ``name``, open for writing while the block runs."""
     validate_scenario_name(name)
     if not daemon.scenarios.store.exists(name):
         raise NotFound(f"no scenario {name!r}", field="name")
-    return await daemon.scenarios.get(name, create=False)
+    async with daemon.scenarios.use(name, create=False) as scenario:
+        yield scenario
 
 
 def parse_step(value: object) -> int:
@@ -71,13 +75,13 @@ async def _publish(daemon: Daemon, name: str, publish: Callable[[], Release]) ->
     return web.json_response({"release": release.name, "commit": release.commit, "source": release.source})
 
 
-async def _candidate_request(request: web.Request) -> tuple[Daemon, str, int, Scenario, dict[str, Any]]:
-    """What promote and reject read: the scenario, open for writing, the candidate's step, the body."""
+async def _candidate_request(request: web.Request) -> tuple[Daemon, str, int, dict[str, Any]]:
+    """What promote and reject read: the scenario's name, the candidate's step, the body."""
     daemon = daemon_of(request)
     name = request.match_info["name"]
     _, body = await json_body(request)
     step = parse_step(body.get("release", body.get("step")))
-    return daemon, name, step, await _open(daemon, name), body
+    return daemon, name, step, body
 
 
 @routes.post("/reef/scenarios/{name}/rollback")
@@ -92,14 +96,14 @@ async def rollback(request: web.Request) -> web.Response:
     expected = body.get("expected")
     if expected is not None and not isinstance(expected, str):
         raise InvalidInput("expected must be a release commit id", field="expected")
-    scenario = await _open(daemon, name)
+    async with _opened(daemon, name) as scenario:
 
-    def publish() -> Release:
-        with scenario.publish_lock:
-            tip = scenario.releases.tip()
-            return scenario.releases.rollback(target, expected=expected or (tip.commit if tip else None))
+        def publish() -> Release:
+            with scenario.publish_lock:
+                tip = scenario.releases.tip()
+                return scenario.releases.rollback(target, expected=expected or (tip.commit if tip else None))
 
-    return await _publish(daemon, name, publish)
+        return await _publish(daemon, name, publish)
 
 
 @routes.post("/reef/scenarios/{name}/promote")
@@ -109,44 +113,46 @@ async def promote(request: web.Request) -> web.Response:
     ``approved_by`` names who approved it (``alice via reef review``); the release keeps it and
     the moment in its trailers and tag.
     """
-    daemon, name, step, scenario, body = await _candidate_request(request)
+    daemon, name, step, body = await _candidate_request(request)
     approved_by = body.get("approved_by", UNNAMED_APPROVER)
     if not isinstance(approved_by, str):
         raise InvalidInput("approved_by must be a string naming who approved", field="approved_by")
+    async with _opened(daemon, name) as scenario:
 
-    def publish() -> Release:
-        chain = scenario.releases
-        with scenario.publish_lock:
-            candidate = _pending(scenario, step)
-            tip = chain.tip()
-            tree = None
-            if (tip.commit if tip else None) != candidate.base and tip is not None:
-                tree = daemon.learners.rebase(name, candidate.record, tip)
-                if tree is None:
-                    raise ConflictError(
-                        f"c{step} was made on an older release and its change cannot be rebuilt on "
-                        f"{tip.name}: reject it and ask again",
-                        field="release",
-                    )
-            return chain.promote(
-                step, expected=tip.commit if tip else None, tree=tree, approved_by=approved_by
-            )
+        def publish() -> Release:
+            chain = scenario.releases
+            with scenario.publish_lock:
+                candidate = _pending(scenario, step)
+                tip = chain.tip()
+                tree = None
+                if (tip.commit if tip else None) != candidate.base and tip is not None:
+                    tree = daemon.learners.rebase(name, candidate.record, tip)
+                    if tree is None:
+                        raise ConflictError(
+                            f"c{step} was made on an older release and its change cannot be rebuilt on "
+                            f"{tip.name}: reject it and ask again",
+                            field="release",
+                        )
+                return chain.promote(
+                    step, expected=tip.commit if tip else None, tree=tree, approved_by=approved_by
+                )
 
-    return await _publish(daemon, name, publish)
+        return await _publish(daemon, name, publish)
 
 
 @routes.post("/reef/scenarios/{name}/reject")
 async def reject(request: web.Request) -> web.Response:
     """Turn a pending candidate down: it leaves pending, is marked rejected, and is never served."""
-    _, _, step, scenario, _ = await _candidate_request(request)
+    daemon, name, step, _ = await _candidate_request(request)
+    async with _opened(daemon, name) as scenario:
 
-    def turn_down() -> None:
-        chain = scenario.releases
-        with scenario.publish_lock:
-            _pending(scenario, step)
-            chain.reject(step)
+        def turn_down() -> None:
+            chain = scenario.releases
+            with scenario.publish_lock:
+                _pending(scenario, step)
+                chain.reject(step)
 
-    await asyncio.to_thread(turn_down)
+        await asyncio.to_thread(turn_down)
     return web.json_response({"step": step, "name": f"c{step}", "rejected": True})
 
 

@@ -83,6 +83,10 @@ class Recipe(ABC):
     consumes: ClassVar[frozenset[str]] = frozenset()
     #: the recipe calls the served model, so the daemon must have an upstream endpoint
     needs_model_endpoint: ClassVar[bool] = False
+    #: the daemon may stop an idle worker and close its scenario (to bound what idle scenarios
+    #: hold), starting a new worker when the scenario is used again: everything the recipe
+    #: needs to go on is in the repository, not in the worker's memory
+    detachable: ClassVar[bool] = True
 
     def __init__(self, context: RecipeContext) -> None:
         self.context = context

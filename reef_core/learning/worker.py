@@ -80,6 +80,7 @@ class LearningWorker:
         self.progress: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._active_at = time.monotonic()  # the last notify, or the end of the last step
         self._delivery = threading.Lock()  # a step and a rollback never deliver at once
         self._thread = threading.Thread(target=self._run, name=f"reef-learner:{scenario.name}", daemon=True)
 
@@ -88,7 +89,12 @@ class LearningWorker:
         return self
 
     def notify(self) -> None:
+        self._active_at = time.monotonic()
         self._wake.set()
+
+    def idle_for(self) -> float:
+        """Seconds since the worker was last told of new work or finished a step."""
+        return time.monotonic() - self._active_at
 
     def stop(self, timeout: float = 30) -> None:
         self._stop.set()
@@ -172,6 +178,7 @@ class LearningWorker:
         self.streak = 0 if verdict in ("selected", "pending") else self.streak + 1
         self.outcomes = [*self.outcomes[-99:], outcome]
         self._settled(batch, outcome)
+        self._active_at = time.monotonic()
         self.state = "idle"
         if self.on_outcome is not None:
             self.on_outcome(outcome)

@@ -127,6 +127,7 @@ class Scenario(ScenarioReader):
         try:
             self.writer.close()
             self.packer.close()
+            self.handle.close()
         finally:
             self._lock.release()
 
