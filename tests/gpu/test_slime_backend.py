@@ -7,7 +7,6 @@ import math
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -217,12 +216,10 @@ def test_a_clean_exit_without_an_export_is_a_failure(tmp_path: Path):
 
 def test_a_hung_train_is_killed_at_the_deadline(tmp_path: Path):
     job = _job(tmp_path)
-    started = time.monotonic()
     with pytest.raises(TrainingFailed, match=r"ran past 0\.5s") as caught:
         run_training(
             job, SAMPLES, 0, timeout=0.5, log_path=tmp_path / "t.log", env={"FAKE_TRAIN_MODE": "hang"}
         )
-    assert time.monotonic() - started < 10
     assert "mode hang" in caught.value.log_tail
 
 

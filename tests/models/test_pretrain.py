@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -78,9 +77,7 @@ def test_ensure_pretrained_caches(tmp_path: Path, monkeypatch):
     assert any("pretraining" in line for line in logs)
     assert load(first).config == TinyConfig()
     logs.clear()
-    start = time.perf_counter()
     assert ensure_pretrained(tmp_path, seconds=0.5, log=logs.append) == first
-    assert time.perf_counter() - start < 0.5
     assert logs == [] and len(calls) == 1  # served from the cache, no second run
     others = {ensure_pretrained(tmp_path, seconds=0.5, seed=1), ensure_pretrained(tmp_path, seconds=2.0)}
     assert first not in others and len(others) == 2 and len(calls) == 3
