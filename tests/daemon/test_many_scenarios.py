@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import git, wait_for
-from tests.daemon.test_process import REEF, free_port
+from tests.daemon.test_process import start
 
 SCENARIOS = 1000
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -38,28 +37,11 @@ def low_file_limit() -> None:
 
 @pytest.mark.slow
 def test_a_thousand_scenarios_under_ulimit_256_hold_a_bounded_number_open(tmp_path, upstream):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "reef.log").open("w")
-    proc = subprocess.Popen(
-        [
-            REEF,
-            "serve",
-            "--reef.port",
-            str(port),
-            "--storage.state-dir",
-            str(tmp_path / "state"),
-            "--inference.upstream-url",
-            upstream.url,
-            "--storage.idle-close-s",
-            "3",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=low_file_limit,
+    proc, url = start(
+        tmp_path, upstream.url, "--storage.idle-close-s", "3", log=log, preexec_fn=low_file_limit
     )
     try:
-        assert wait_for(lambda: _healthy(url), timeout=30), (tmp_path / "reef.log").read_text()
         with httpx.Client(base_url=url, timeout=60) as client:
             client.post("/v1/chat/completions", json=CHAT, headers={"x-reef-scenario": "warm"})
         before = held(proc.pid)
@@ -112,13 +94,6 @@ def test_a_thousand_scenarios_under_ulimit_256_hold_a_bounded_number_open(tmp_pa
 
 def _open_count(url: str) -> int:
     return httpx.get(f"{url}/reef/status", timeout=60).json()["open_scenarios"]["open"]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_scenarios_closed_and_reopened_under_load_lose_nothing(make_reef, upstream):

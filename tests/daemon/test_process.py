@@ -9,7 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -28,7 +30,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(tmp_path: Path, upstream_url: str, *flags: str, env: dict[str, str] | None = None):
+def start(
+    tmp_path: Path,
+    upstream_url: str,
+    *flags: str,
+    env: dict[str, str] | None = None,
+    log: IO[str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+):
+    """A real ``reef serve`` on a free port, once healthy; its output piped, or to ``log``."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -42,10 +52,11 @@ def start(tmp_path: Path, upstream_url: str, *flags: str, env: dict[str, str] | 
             upstream_url,
             *flags,
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=log or subprocess.PIPE,
+        stderr=subprocess.STDOUT if log else subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        preexec_fn=preexec_fn,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -56,7 +67,7 @@ def start(tmp_path: Path, upstream_url: str, *flags: str, env: dict[str, str] | 
         except httpx.HTTPError:
             time.sleep(0.05)
     proc.kill()
-    pytest.fail(f"reef serve did not start: {proc.communicate()[1]}")
+    pytest.fail(f"reef serve did not start: {proc.communicate()[1] if log is None else 'see its log'}")
 
 
 def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path, upstream):
