@@ -57,7 +57,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,6 +69,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.proxy import free_port, start_upstream  # noqa: E402  (one copy of each, shared)
 from reef_core.store import Scenario, Store, StoreOptions  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench" / "store-state"
@@ -245,24 +245,6 @@ def measure_store(state: Path, name: str, row: Row, args: argparse.Namespace) ->
 
 
 # -- processes: the daemon, the CLI -----------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_upstream() -> tuple[subprocess.Popen[str], int]:
-    code = (
-        "import time; from tests.fakes.upstream import ScriptedUpstream; "
-        "u = ScriptedUpstream(); u.default_text = 'Hello there, this is a short answer.'; u.start(); "
-        "print(u.url, flush=True); time.sleep(10**9)"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    return proc, int(url.rsplit(":", 1)[1].split("/")[0])
 
 
 def request(
@@ -450,7 +432,8 @@ def main() -> None:
 
 
 def run(state: Path, sizes: list[int], args: argparse.Namespace, requests: int) -> None:
-    upstream, upstream_port = start_upstream()
+    upstream, upstream_url = start_upstream()
+    upstream_port = int(upstream_url.rsplit(":", 1)[1].split("/")[0])
     rows = []
     try:
         for size in sizes:
