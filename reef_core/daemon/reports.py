@@ -3,7 +3,9 @@
 A report names the receipts it judges (``references``); each must be a record of the same
 scenario.  A client may send its own ``agent_record_id`` as an idempotency key: resending
 the same report returns the stored one, and different content under the same key is a
-conflict.  Unknown fields are refused by name rather than dropped.
+conflict.  Unknown fields are refused by name rather than dropped.  Feedback is screened like
+an ask (:mod:`reef_core.daemon.asks`): a learner reads it, so a credential shape, an instruction
+override or a chat-template token is refused with the rule's name, without echoing the text.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from reef_core.daemon.parsing import known_fields
 from reef_core.errors import ConflictError, InvalidInput
 from reef_core.ids import parse_item_id
+from reef_core.release.screens import screen_text
 from reef_core.store import Scenario
 
 __all__ = ["KeyedDesk", "ReportDesk", "ReportInput", "parse_report"]
@@ -56,6 +59,7 @@ def parse_report(body: Any) -> ReportInput:
     feedback = body.get("feedback")
     if feedback is not None and not isinstance(feedback, (str, dict)):
         raise InvalidInput("feedback must be a string or an object", field="feedback")
+    _screen_feedback(feedback)
     references = body.get("references", [])
     if not isinstance(references, list):
         raise InvalidInput("references must be a list of receipts", field="references")
@@ -78,6 +82,28 @@ def parse_report(body: Any) -> ReportInput:
     if score is None and feedback is None:
         raise InvalidInput("a report needs a score or feedback", field="score")
     return ReportInput(score, feedback, tuple(references), metadata, key)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in ``value``, at any depth of objects and lists."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def _screen_feedback(feedback: Any) -> None:
+    hits = [hit for text in _strings(feedback) for hit in screen_text(text)]
+    if hits:
+        rules = ", ".join(sorted({hit.rule for hit in hits}))
+        raise InvalidInput(
+            f"the feedback was refused by the screen ({rules}); nothing was stored. "
+            "Rephrase it without credentials, instruction overrides or chat-template tokens",
+            field="feedback",
+        )
 
 
 class KeyedDesk:
