@@ -19,7 +19,8 @@ override the baked-in values; ``REEF_TOKEN`` is sent when set; ``REEF_HOME`` (de
 ``x-reef-tag-run`` header (the installed ``models.json`` names that variable), so every record of
 the run carries the tag ``run=<id>``.  The launcher notes the id and start time in
 ``last-run.json`` before it hands the process to pi; ``reef-pi report`` asks the daemon for the
-records with that tag written since then (``GET …/records?tag=run:<id>&after=<cursor>``).
+records with that tag written since then (``GET …/records?tag=run:<id>&after=<cursor>``) and
+reports on them with the id as ``metadata.session`` (as pi's ``/good``, ``/bad`` and ``/feedback`` do).
 
 Exit codes: 0 done, 1 failed, 2 usage.
 """
@@ -531,7 +532,7 @@ def _report(ctx: _Context, args: list[str]) -> int:
             receipts,
             score=opts.score,
             feedback=opts.feedback,
-            metadata={"harness": "pi", "run": tag},
+            metadata={"harness": "pi", "run": tag, "session": tag},
         )
     plural = "s" if len(receipts) != 1 else ""
     ctx.say(

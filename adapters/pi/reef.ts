@@ -6,13 +6,17 @@
  *   /versions                   published releases and pending ones, with installed/current marks
  *   /versions <vN|cN>           the link to that release's (or step's) page
  *   /versions <vN|cN> install   install it; a pending cN is promoted first, once you confirm
+ *   /good [text], /bad [text]   a report with score 1 (or 0) on this session's receipts (no model call)
+ *   /feedback <text>            a report with that feedback on this session's receipts
  *   session start               a notice when reef has a newer release than the installed one
  *
  * It talks to reef only in a pi that reef-pi started (reef-pi exports REEF_URL, REEF_SCENARIO,
- * REEF_TOKEN and REEF_PI_LAUNCHER). Anywhere else (reefine's health check, a plain pi) the
- * commands say how to start pi through reef and the session start is silent. Nothing here throws
- * into pi: a daemon that is down or slow costs one line after at most a few seconds, never the
- * session. In print mode pi sends what an extension writes to stdout to stderr.
+ * REEF_TOKEN, REEF_PI_LAUNCHER and REEF_RUN_TAG, the run's id that pi sends with every model call:
+ * "this session's receipts" are the records tagged run:<REEF_RUN_TAG>). Anywhere else (reefine's
+ * health check, a plain pi) the commands say how to start pi through reef and the session start
+ * is silent. The daemon screens feedback as it screens asks. Nothing here throws into pi: a daemon
+ * that is down or slow costs one line after at most a few seconds, never the session. In print
+ * mode pi sends what an extension writes to stdout to stderr.
  */
 import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
 import { readFileSync } from "node:fs";
@@ -23,6 +27,10 @@ const NOTICE_TIMEOUT_MS = 2000;
 const CALL_TIMEOUT_MS = 15000;
 const INSTALL_TIMEOUT_MS = 300000;
 const ASK_WIDTH = 60;
+const CLOCK_SLACK_MS = 10000; // records of this run are searched from this long before pi started
+const PAGE = 1000;
+// the process's start, not this module's load: /reload loads the module again in the same run
+const STARTED_MS = Date.now() - Math.round(process.uptime() * 1000);
 
 type Level = "info" | "warning" | "error";
 type Installed = { release: string | null; commit: string | null };
@@ -36,6 +44,7 @@ function settings() {
     scenario: process.env.REEF_SCENARIO ?? "",
     token: process.env.REEF_TOKEN ?? "",
     launcher: process.env.REEF_PI_LAUNCHER ?? "",
+    run: process.env.REEF_RUN_TAG ?? "",
     agent: process.env.PI_CODING_AGENT_DIR ?? "",
   };
 }
@@ -330,6 +339,56 @@ async function evolve(args: string, ctx: any): Promise<void> {
   );
 }
 
+/** The first record id of this run, at the latest: ids are time-ordered (rec_<12 hex ms><16 hex>),
+ * as reef-pi report's cursor; the slack covers clocks that differ between pi and the daemon. */
+function runCursor(): string {
+  const ms = Math.max(0, STARTED_MS - CLOCK_SLACK_MS);
+  return `rec_${ms.toString(16).padStart(12, "0")}${"0".repeat(16)}`;
+}
+
+async function receipts(): Promise<string[]> {
+  const s = settings();
+  const found: string[] = [];
+  let after: string | null = runCursor();
+  while (after) {
+    const query = new URLSearchParams({ tag: `run:${s.run}`, after, limit: String(PAGE) });
+    const listing = await call(`/reef/scenarios/${encodeURIComponent(s.scenario)}/records?${query}`);
+    found.push(...(listing.records ?? []).map((record: any) => String(record.id)));
+    after = listing.next ?? null;
+  }
+  return found;
+}
+
+type Verdict = "good" | "bad" | "feedback";
+
+async function report(command: Verdict, args: string, ctx: any): Promise<void> {
+  const text = args.trim();
+  if (command === "feedback" && !text) {
+    show(ctx, "reef: usage: /feedback <what was good or bad in this session>", "warning");
+    return;
+  }
+  const s = settings();
+  if (!s.run) {
+    show(ctx, "reef: this pi has no run tag (REEF_RUN_TAG) to find its receipts by: start it with reef-pi", "warning");
+    return;
+  }
+  const references = await receipts();
+  if (references.length === 0) {
+    show(ctx, "reef: nothing to report on yet: this session has not reached the model through reef", "warning");
+    return;
+  }
+  const body: Record<string, unknown> = {
+    references,
+    metadata: { harness: "pi", session: s.run, source: "user", command },
+  };
+  if (command !== "feedback") body.score = command === "good" ? 1 : 0;
+  if (text) body.feedback = text;
+  const made = await call("/reef/report", { method: "POST", body });
+  const what = command === "feedback" ? "feedback" : `/${command}`;
+  const plural = references.length === 1 ? "" : "s";
+  show(ctx, `reef: ${what} noted as ${made.agent_record_id} on ${references.length} receipt${plural} of this session`);
+}
+
 function guarded(run: (args: string, ctx: any) => Promise<void>) {
   return async (args: string, ctx: any) => {
     if (!routed()) {
@@ -352,6 +411,18 @@ export default function (pi: ExtensionAPI) {
   pi.registerCommand("versions", {
     description: "reef releases: /versions, /versions vN (its page), /versions vN install",
     handler: guarded((args, ctx) => versions(pi, args, ctx)),
+  });
+  pi.registerCommand("good", {
+    description: "Tell reef this session went well (score 1): /good [why]",
+    handler: guarded((args, ctx) => report("good", args, ctx)),
+  });
+  pi.registerCommand("bad", {
+    description: "Tell reef this session went badly (score 0): /bad [why]",
+    handler: guarded((args, ctx) => report("bad", args, ctx)),
+  });
+  pi.registerCommand("feedback", {
+    description: "Tell reef what was good or bad in this session: /feedback <text>",
+    handler: guarded((args, ctx) => report("feedback", args, ctx)),
   });
   pi.on("session_start", async (event, ctx) => {
     if (!routed() || !["startup", "new", "reload"].includes(event.reason)) return;
