@@ -272,6 +272,30 @@ class ReefClient:
             if not after:
                 return
 
+    def sessions(
+        self, scenario: str, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """One page of sessions: ``{"sessions": [...], "next": id or None}``, oldest first.
+
+        Each session holds its records after ``after``; one that began before is marked
+        ``continues``.  ``next`` starts the next page with the first session left out, whole;
+        a session that goes on past it appears there again, marked ``continues``."""
+        params: dict[str, Any] = {}
+        if limit is not None:
+            params["limit"] = limit
+        if after is not None:
+            params["after"] = str(parse_item_id(after, field="after"))
+        return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/sessions", params=params or None)
+
+    def session(self, scenario: str, session: str, *, after: str | None = None) -> dict[str, Any]:
+        """One session in full, with the ``transcript`` of its last record (each message with its
+        ``source``: user, assistant, tool or system); NotFound when no record carries it."""
+        if not session:
+            raise InvalidInput("session must name a session", field="session")
+        params = None if after is None else {"after": str(parse_item_id(after, field="after"))}
+        path = f"/reef/scenarios/{self._name(scenario)}/sessions/{_segment(session)}"
+        return self._call("GET", path, params=params)
+
     def record(self, scenario: str, record_id: str) -> dict[str, Any]:
         receipt = str(parse_item_id(record_id, field="id"))
         return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/records/{receipt}")

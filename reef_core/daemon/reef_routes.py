@@ -1,4 +1,4 @@
-"""reef's own routes: health, reports, scenarios, audit reads, status.
+"""reef's own routes: health, reports, scenarios, audit reads, sessions, status.
 
 Releases and their operations live in ``release_routes``; asks and pages in ``harness_routes``.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -19,13 +20,15 @@ from reef_core.errors import InvalidInput, NotFound
 from reef_core.hosts import is_loopback
 from reef_core.ids import KINDS, parse_item_id, validate_scenario_name
 from reef_core.release.listing import scenario_summary
-from reef_core.store import ScenarioReader
+from reef_core.sessions import conversation, group_sessions, page_sessions, session_of
+from reef_core.store import Item, ScenarioReader
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 
 _MAX_LIMIT = 1000
+_SESSION_KINDS = ["record", "report"]
 
 
 @routes.get("/healthz")
@@ -157,6 +160,65 @@ async def get_record(request: web.Request) -> web.Response:
         raise InvalidInput(f"{item_id} is a {item_id.kind}, not a record", field="id")
     item = await asyncio.to_thread(reader.data.get, item_id)
     return web.json_response(item.data, dumps=_dumps)
+
+
+def _after(request: web.Request) -> str | None:
+    after = request.query.get("after") or None
+    if after is not None:
+        parse_item_id(after, field="after")
+    return after
+
+
+@routes.get("/reef/scenarios/{name}/sessions")
+async def list_sessions(request: web.Request) -> web.Response:
+    """Records grouped by session tag, with the reports on them: ``?after=&limit=`` (sessions).
+
+    Sessions come oldest first (by their first record after ``after``); each holds its records
+    after ``after`` only, and one that began before is marked ``continues``.  ``next`` starts the
+    next page with the first session left out, whole; a session of this page that goes on past
+    it appears there again, marked ``continues``.  The scan runs from ``after`` to the tip.
+    """
+    reader = _reader(request, request.match_info["name"])
+    limit = _limit(request)
+    after = _after(request)
+
+    def read() -> dict[str, Any]:
+        sessions, next_cursor = page_sessions(reader.data.iter_items(_SESSION_KINDS, after=after), limit)
+        return {"sessions": [s.to_json() for s in sessions], "next": next_cursor}
+
+    return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
+
+
+@routes.get("/reef/scenarios/{name}/sessions/{session}")
+async def get_session(request: web.Request) -> web.Response:
+    """One session in full (its records after ``?after=``, if given), with the transcript of its
+    last record: every message with its ``source`` (user, assistant, tool, system)."""
+    reader = _reader(request, request.match_info["name"])
+    name = request.match_info["session"]
+    after = _after(request)
+
+    def read() -> dict[str, Any] | None:
+        last: dict[str, Any] | None = None
+
+        def its_items() -> Iterator[Item]:
+            nonlocal last
+            for item in reader.data.iter_items(_SESSION_KINDS, after=after):
+                if item.kind == "record":
+                    if session_of(item.data) != name:
+                        continue
+                    last = item.data
+                yield item
+
+        found = group_sessions(its_items())
+        if not found or last is None:
+            return None
+        return {**found[0].to_json(), "transcript": [m.to_json() for m in conversation(last)]}
+
+    body = await asyncio.to_thread(read)
+    if body is None:
+        where = f" after {after}" if after else ""
+        raise NotFound(f"no record{where} carries the session {name!r}", field="session")
+    return web.json_response(body, dumps=_dumps)
 
 
 @routes.get("/reef/status")

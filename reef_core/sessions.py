@@ -1,0 +1,390 @@
+"""Sessions: a harness's records grouped by its session tag, with the reports that judge them.
+
+A harness tags every request of one session (pi through ``reef-pi``: ``x-reef-tag-run``;
+anyone: ``x-reef-tag-session``; Claude Code: its session id), so a session is the records
+sharing that tag, in the order they were written.  Nothing about a session is stored twice:
+
+* its **turns** come from its records: a record whose request ends with the user's own words
+  (not a tool result) opens a turn; the records after it, up to the next such record, are the
+  agent's work on that turn (tool calls and their results);
+* its **transcript** is the conversation of its last record (each request of a chat carries the
+  whole conversation so far) plus that record's answer;
+* its **score** comes from the reports whose references include its receipts (or whose
+  ``metadata.session`` names it): the mean of the explicit ones (a person's ``/good``,
+  ``/bad``, ``reef report``…) when there are any, else the mean of the judge's
+  (``metadata.source = "judge"``, the next-turn judge of reefine).  Explicit reports always
+  outweigh judged ones.
+
+Scores run from 0 (bad) to 1 (good): ``/good`` is 1, ``/bad`` is 0, a judge's accept is 1,
+correct 0.25, reject 0.  A session is *negative* when its score is below 0.5, or when a
+person wrote feedback text on it (a person types feedback mostly to say what was wrong; the
+reflector reads the words and decides).
+
+Everything here is pure: items in, sessions out (the daemon reads the items; reefine keeps an
+index of them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef_core.store.data import Item
+
+__all__ = [
+    "JUDGE_SCORES",
+    "SESSION_TAGS",
+    "Message",
+    "Session",
+    "Turn",
+    "answer_text",
+    "conversation",
+    "group_sessions",
+    "is_explicit",
+    "opens_turn",
+    "page_sessions",
+    "request_messages",
+    "session_of",
+]
+
+#: the record tags that name a session, in the order they are looked for
+SESSION_TAGS = ("session", "run", "claude-code-session")
+#: the score a judge's verdict stands for
+JUDGE_SCORES = {"accept": 1.0, "correct": 0.25, "reject": 0.0}
+_NEGATIVE = 0.5
+_EXCERPT = 400
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation, flattened to text.
+
+    ``source`` says who wrote it: ``user`` (the person), ``assistant`` (the model), ``tool``
+    (a tool's output: file contents, command output, fetched pages; anyone could have written
+    it) or ``system`` (the harness's instructions).
+    """
+
+    source: str
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"source": self.source, "text": self.text}
+
+
+def session_of(record: Mapping[str, Any]) -> str | None:
+    """The session a record belongs to: the first of :data:`SESSION_TAGS` among its tags."""
+    tags = record.get("tags") or {}
+    if not isinstance(tags, Mapping):
+        return None
+    for name in SESSION_TAGS:
+        value = tags.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def is_explicit(report: Mapping[str, Any]) -> bool:
+    """A person's report (anything a judge did not write)."""
+    metadata = report.get("metadata") or {}
+    return not (isinstance(metadata, Mapping) and metadata.get("source") == "judge")
+
+
+# -- conversations, in either wire format ----------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """The text of an OpenAI or Anthropic content value (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mapping):
+            kind = part.get("type")
+            if kind in ("text", "input_text", "output_text"):
+                parts.append(str(part.get("text", "")))
+            elif kind == "tool_result":
+                parts.append(_text_of(part.get("content")))
+    return "\n".join(p for p in parts if p)
+
+
+def _tool_calls(calls: Any) -> list[str]:
+    shown = []
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            shown.append(f"[tool call {function.get('name')}({function.get('arguments', '')})]")
+    return shown
+
+
+def _openai_messages(messages: Iterable[Any]) -> list[Message]:
+    out = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        text = _text_of(message.get("content"))
+        if role == "assistant":
+            text = "\n".join([t for t in [text, *_tool_calls(message.get("tool_calls"))] if t])
+            out.append(Message("assistant", text))
+        elif role == "user":
+            out.append(Message("user", text))
+        elif role in ("tool", "function"):
+            out.append(Message("tool", text))
+        elif role in ("system", "developer"):
+            out.append(Message("system", text))
+    return out
+
+
+def _anthropic_messages(request: Mapping[str, Any]) -> list[Message]:
+    out = []
+    system = _text_of(request.get("system"))
+    if system:
+        out.append(Message("system", system))
+    for message in request.get("messages") or []:
+        if not isinstance(message, Mapping):
+            continue
+        role, content = message.get("role"), message.get("content")
+        if role == "system":  # Claude Code puts its environment block here
+            out.append(Message("system", _text_of(content)))
+        elif role == "assistant":
+            out.append(Message("assistant", _anthropic_blocks(content)))
+        elif role == "user":
+            blocks = content if isinstance(content, list) else [content]
+            results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+            words = [b for b in blocks if b not in results]
+            if results:
+                out.append(Message("tool", "\n".join(_text_of(b.get("content")) for b in results)))
+            if words and _text_of(words):
+                out.append(Message("user", _text_of(words)))
+    return out
+
+
+def _anthropic_blocks(content: Any) -> str:
+    if not isinstance(content, list):
+        return _text_of(content)
+    parts = []
+    for block in content:
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif block.get("type") == "tool_use":
+            arguments = json.dumps(block.get("input"), ensure_ascii=False)
+            parts.append(f"[tool call {block.get('name')}({arguments})]")
+    return "\n".join(p for p in parts if p)
+
+
+def request_messages(record: Mapping[str, Any]) -> list[Message]:
+    """The conversation a record's request carried, oldest first."""
+    request = record.get("request")
+    if not isinstance(request, Mapping):
+        return []
+    if record.get("client_format") == "anthropic":
+        return _anthropic_messages(request)
+    return _openai_messages(request.get("messages") or [])
+
+
+def answer_text(record: Mapping[str, Any]) -> str:
+    """The answer the client got, as text (tool calls shown as ``[tool call …]``)."""
+    response = record.get("response")
+    if not isinstance(response, Mapping):
+        return ""
+    if record.get("client_format") == "anthropic":
+        return _anthropic_blocks(response.get("content"))
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return ""
+    message = choices[0].get("message") or {}
+    if not isinstance(message, Mapping):
+        return ""
+    text = _text_of(message.get("content"))
+    return "\n".join([t for t in [text, *_tool_calls(message.get("tool_calls"))] if t])
+
+
+def conversation(record: Mapping[str, Any]) -> list[Message]:
+    """A record's whole conversation: what its request carried, then its answer."""
+    messages = request_messages(record)
+    answer = answer_text(record)
+    if answer:
+        messages.append(Message("assistant", answer))
+    return messages
+
+
+def opens_turn(record: Mapping[str, Any]) -> bool:
+    """Whether the record's request ends with the user's own words (not a tool's output)."""
+    messages = [m for m in request_messages(record) if m.source != "system"]
+    return bool(messages) and messages[-1].source == "user"
+
+
+# -- sessions --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    user: str  # the user's message that opened it
+    records: list[str] = field(default_factory=list)
+    answer: str = ""  # the answer of its last record
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": _excerpt(self.user), "answer": _excerpt(self.answer), "records": list(self.records)}
+
+
+@dataclass
+class Session:
+    id: str
+    records: list[str] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    releases: list[str] = field(default_factory=list)  # the releases that served it, in order
+    started_at: str = ""
+    ended_at: str = ""
+    #: its first record seen already carried an answer of the model: the session began before
+    #: the items it was grouped from (a page read ``after`` a cursor inside it)
+    continues: bool = False
+
+    @property
+    def explicit(self) -> list[dict[str, Any]]:
+        return [r for r in self.reports if is_explicit(r)]
+
+    @property
+    def judged(self) -> list[dict[str, Any]]:
+        return [r for r in self.reports if not is_explicit(r)]
+
+    @property
+    def score(self) -> float | None:
+        """The mean explicit score, else the mean judged one, else None."""
+        for reports in (self.explicit, self.judged):
+            scores = [float(r["score"]) for r in reports if isinstance(r.get("score"), (int, float))]
+            if scores:
+                return sum(scores) / len(scores)
+        return None
+
+    @property
+    def feedback(self) -> list[str]:
+        """The feedback texts a person wrote on the session."""
+        return [
+            str(r["feedback"]) for r in self.explicit if isinstance(r.get("feedback"), str) and r["feedback"]
+        ]
+
+    @property
+    def negative(self) -> bool:
+        score = self.score
+        return (score is not None and score < _NEGATIVE) or bool(self.feedback)
+
+    def add_record(self, item: Item) -> None:
+        data = item.data
+        if not self.records:
+            self.continues = any(m.source == "assistant" for m in request_messages(data))
+        self.records.append(item.id)
+        self.started_at = self.started_at or item.created_at
+        self.ended_at = item.created_at or self.ended_at
+        release = data.get("release")
+        if isinstance(release, str) and release and (not self.releases or self.releases[-1] != release):
+            self.releases.append(release)
+        if opens_turn(data) or not self.turns:
+            messages = [m for m in request_messages(data) if m.source == "user"]
+            self.turns.append(Turn(user=messages[-1].text if messages else ""))
+        turn = self.turns[-1]
+        turn.records.append(item.id)
+        turn.answer = answer_text(data)
+
+    def to_json(self) -> dict[str, Any]:
+        score = self.score
+        return {
+            "session": self.id,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "continues": self.continues,
+            "records": len(self.records),
+            "receipts": list(self.records),
+            "releases": list(self.releases),
+            "turns": [t.to_json() for t in self.turns],
+            "reports": [_report_summary(r) for r in self.reports],
+            "score": None if score is None else round(score, 4),
+            "scored_by": "person" if self.explicit else ("judge" if self.judged else None),
+            "negative": self.negative,
+        }
+
+
+def _excerpt(text: str, limit: int = _EXCERPT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _report_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = report.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    feedback = report.get("feedback")
+    return {
+        "id": report.get("id"),
+        "score": report.get("score"),
+        "feedback": _excerpt(feedback) if isinstance(feedback, str) else feedback,
+        "source": "judge" if not is_explicit(report) else str(metadata.get("source") or "person"),
+        "references": len(report.get("references") or []),
+    }
+
+
+def group_sessions(items: Iterable[Item]) -> list[Session]:
+    """Records (and the reports on them) grouped by session, ordered by each one's first record.
+
+    ``items`` come in the order they were written; records without a session tag belong to no
+    session.  A report joins every session one of its references (or its
+    ``metadata.session``) belongs to; reports on records not among ``items`` are left out.
+    """
+    sessions: dict[str, Session] = {}
+    owner: dict[str, str] = {}  # receipt -> session
+    for item in items:
+        if item.kind == "record":
+            name = session_of(item.data)
+            if name is None:
+                continue
+            session = sessions.get(name)
+            if session is None:
+                session = sessions[name] = Session(name)
+            session.add_record(item)
+            owner[item.id] = name
+        elif item.kind == "report":
+            named = {owner[ref] for ref in item.data.get("references") or [] if ref in owner}
+            metadata = item.data.get("metadata")
+            if isinstance(metadata, Mapping) and metadata.get("session") in sessions:
+                named.add(str(metadata["session"]))
+            for name in sorted(named):
+                sessions[name].reports.append(item.data)
+    return list(sessions.values())
+
+
+def page_sessions(items: Iterable[Item], limit: int) -> tuple[list[Session], str | None]:
+    """The first ``limit`` sessions among ``items`` (by first record), and the next page's cursor.
+
+    Records of the sessions left out are passed over as they stream by, so what is held is one
+    page, not the history.  The cursor (None when nothing was left out) is the id of the item
+    just before the first record of the first session left out: items read after it start with
+    that session whole.  A session of this page that goes on past the cursor appears again on
+    the next page with its later records only, marked :attr:`Session.continues`.
+    """
+    if limit < 1:
+        raise ValueError("a page holds at least one session")
+    kept: set[str] = set()
+    cursor: str | None = None  # set once a session is left out
+    previous: str | None = None
+
+    def on_page() -> Iterator[Item]:
+        nonlocal cursor, previous
+        for item in items:
+            name = session_of(item.data) if item.kind == "record" else None
+            left_out = name is not None and name not in kept and len(kept) == limit
+            if left_out and cursor is None:
+                cursor = previous
+            elif name is not None and not left_out:
+                kept.add(name)
+            previous = item.id
+            if not left_out:
+                yield item
+
+    sessions = group_sessions(on_page())
+    return sessions, cursor
