@@ -1,4 +1,9 @@
-"""``reef log SCENARIO [--follow]``: records, reports and asks in the order they were written."""
+"""``reef log SCENARIO [--follow]``: records, reports and asks in the order they were written.
+
+``reef log SCENARIO --sessions``: the records grouped into sessions by their session tag, each
+with its turns and the reports that score it (the daemon's ``…/sessions`` route, or the same
+grouping done here on the repository).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from rich.markup import escape
 
 from reef_cli import output as out
 from reef_cli.interrupt import until_interrupted
-from reef_cli.sources import ScenarioArgument, UrlOption, open_source
+from reef_cli.sources import ScenarioArgument, Source, UrlOption, open_source
 from reef_cli.state import StateDirOption
 from reef_core.errors import InvalidInput
 from reef_core.ids import KINDS, parse_item_id
@@ -23,6 +28,8 @@ __all__ = [
 ]
 
 _WIDTH = 100
+_EXCERPT = 60  # of a turn's user message and answer
+_PAGE = 1000  # sessions per read: the daemon's largest page
 
 
 def log(
@@ -35,14 +42,27 @@ def log(
     url: str = UrlOption,
     state_dir: Path | None = StateDirOption,
     as_json: bool = typer.Option(False, "--json", help="One JSON document per line."),
+    sessions: bool = typer.Option(
+        False,
+        "--sessions",
+        help="Records grouped by session tag, with their turns and reports; --limit counts sessions.",
+    ),
 ) -> None:
     """Show a scenario's items, oldest first (with --follow, then new ones until Ctrl-C)."""
     for k in kind:
         if k not in KINDS:
             raise InvalidInput(f"--kind must be one of {', '.join(KINDS)}, got {k!r}", field="kind")
+    if sessions and (kind or follow):
+        used = "--kind" if kind else "--follow"
+        raise InvalidInput(
+            f"--sessions shows whole sessions: it cannot be used with {used}", field="--sessions"
+        )
     if after is not None:
         parse_item_id(after, field="--after")
     source = open_source(url, state_dir)
+    if sessions:
+        _log_sessions(source, scenario, after=after, limit=limit, as_json=as_json)
+        return
     kinds = sorted(set(kind)) or None
     shown = 0
     cursor = after
@@ -78,6 +98,67 @@ def _print(item: dict[str, Any], as_json: bool) -> None:
         f"{escape(summary(item))}",
         highlight=False,
     )
+
+
+def _log_sessions(
+    source: Source, scenario: str, *, after: str | None, limit: int | None, as_json: bool
+) -> None:
+    """Every session after ``after`` (at most ``limit``), page by page.
+
+    A session that goes on past a page's end is shown again on the next page, with its later
+    records only, marked as continuing (see the daemon's sessions route).
+    """
+    shown = 0
+    cursor = after
+    while limit is None or shown < limit:
+        page = source.sessions(
+            scenario, after=cursor, limit=_PAGE if limit is None else min(_PAGE, limit - shown)
+        )
+        for session in page["sessions"]:
+            if as_json:
+                out.output.jsonl(session)
+            else:
+                _print_session(session)
+        shown += len(page["sessions"])
+        cursor = page.get("next")
+        if not cursor:
+            return
+
+
+def _print_session(session: dict[str, Any]) -> None:
+    console = out.output.console
+    turns, records = len(session.get("turns") or []), session.get("records", 0)
+    parts = [
+        f"[bold]{escape(str(session.get('session')))}[/]",
+        f"[dim]{escape(str(session.get('started_at') or ''))}[/]",
+        f"{turns} turn{'' if turns == 1 else 's'}",
+        f"{records} record{'' if records == 1 else 's'}",
+        f"score={_score(session.get('score'))} ({session.get('scored_by') or 'none'})",
+    ]
+    if session.get("negative"):
+        parts.append("[red]negative[/]")
+    if session.get("releases"):
+        parts.append(escape(",".join(session["releases"])))
+    if session.get("continues"):
+        parts.append("[dim](continues)[/]")
+    console.print(" ".join(parts), highlight=False)
+    for n, turn in enumerate(session.get("turns") or [], 1):
+        asked, answer = _one_line(turn.get("user", ""), _EXCERPT), _one_line(turn.get("answer", ""), _EXCERPT)
+        console.print(f"  {n}. user: {escape(asked)} → {escape(answer)}", highlight=False)
+    for report in session.get("reports") or []:
+        line = f"report {report.get('id')} score={_score(report.get('score'))} [{report.get('source')}]"
+        if report.get("feedback") is not None:
+            line += " " + json.dumps(report["feedback"], ensure_ascii=False)
+        console.print("  " + escape(_one_line(line, _WIDTH)), highlight=False)
+
+
+def _score(value: Any) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def summary(item: dict[str, Any]) -> str:

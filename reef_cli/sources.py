@@ -22,6 +22,7 @@ from reef_core import __version__
 from reef_core.client import DEFAULT_URL, DaemonUnavailable, ReefClient
 from reef_core.errors import NotFound
 from reef_core.release.listing import release_listing, scenario_summary
+from reef_core.sessions import page_sessions
 from reef_core.store import ScenarioReader, Store
 
 __all__ = [
@@ -67,6 +68,10 @@ class Source(Protocol):
     def items(
         self, name: str, kinds: Iterable[str] | None, *, after: str | None = None
     ) -> Iterator[dict[str, Any]]: ...
+
+    def sessions(self, name: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """One page: ``{"sessions": [...], "next": id or None}`` (the daemon's sessions route)."""
+        ...
 
 
 def open_source(url: str, state_dir: Path | None) -> Source:
@@ -125,6 +130,11 @@ class RepositorySource:
         for item in self.reader(name).data.iter_items(list(kinds) if kinds else None, after=after):
             yield item.data
 
+    def sessions(self, name: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        items = self.reader(name).data.iter_items(["record", "report"], after=after)
+        sessions, next_cursor = page_sessions(items, limit)
+        return {"sessions": [s.to_json() for s in sessions], "next": next_cursor}
+
 
 class DaemonSource:
     """A running daemon, through its HTTP routes."""
@@ -156,3 +166,6 @@ class DaemonSource:
         self, name: str, kinds: Iterable[str] | None, *, after: str | None = None
     ) -> Iterator[dict[str, Any]]:
         yield from self.client.iter_items(name, list(kinds) if kinds else None, after=after)
+
+    def sessions(self, name: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        return self.client.sessions(name, after=after, limit=limit)
