@@ -127,7 +127,7 @@ def _log_sessions(
 
 def _print_session(session: dict[str, Any]) -> None:
     console = out.output.console
-    turns, records = len(session.get("turns") or []), session.get("records", 0)
+    turns, records = len(session.get("turns") or []), len(session.get("records") or [])
     parts = [
         f"[bold]{escape(str(session.get('session')))}[/]",
         f"[dim]{escape(str(session.get('started_at') or ''))}[/]",

@@ -20,8 +20,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipes.reefine.structured import Unusable, ask_json, parse_json_object, schema
 from reef_core.errors import ReefError
-from reef_core.harness import Change, HarnessTree, TreeError
+from reef_core.harness import KINDS, OPS, Change, HarnessTree, TreeError
 from reef_core.learning.model import ModelCaller
 
 __all__ = ["Proposal", "Proposer", "StepSkipped", "parse_json_object"]
@@ -55,16 +56,39 @@ cannot be done; empty when it delivers>"}"""
 REVISE_REQUEST = """Revise your change so that it delivers the ask fully. Still missing: {missing}
 Answer with the complete JSON object again (the design and every change)."""
 
-RETRY_REQUEST = """That answer could not be used: {problem}
-Answer again with only the JSON object."""
-
 VERDICTS = ("delivers", "partial", "cannot")
+
+PROPOSAL_SCHEMA = schema(
+    "harness_change",
+    {
+        "design": {"type": "string"},
+        "changes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "op": {"enum": list(OPS)},
+                    "kind": {"enum": list(KINDS)},
+                    "name": {"type": "string"},
+                    "content": {"type": "string"},
+                },
+                "required": ["op", "kind", "name"],
+            },
+        },
+    },
+)
+REVIEW_SCHEMA = schema("self_review", {"verdict": {"enum": list(VERDICTS)}, "missing": {"type": "string"}})
 
 
 class StepSkipped(ReefError):
-    """The step ends without a candidate; the message is the reason stored with it."""
+    """The step ends without a candidate; the message is the reason stored with it, and
+    ``record`` what the step did before it stopped (kept in its step record)."""
 
     code = "step_skipped"
+
+    def __init__(self, message: str, *, record: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record = record or {}
 
 
 @dataclass(frozen=True)
@@ -76,26 +100,6 @@ class Proposal:
     revisions: int
     retries: int
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def parse_json_object(text: str) -> dict[str, Any]:
-    """The first JSON object in a model's answer (code fences and chatter around it allowed)."""
-    cleaned = text.strip()
-    if cleaned.startswith("```"):
-        cleaned = cleaned.split("\n", 1)[1] if "\n" in cleaned else ""
-        cleaned = cleaned.rsplit("```", 1)[0]
-    decoder = json.JSONDecoder()
-    start = cleaned.find("{")
-    while start != -1:
-        try:
-            value, _ = decoder.raw_decode(cleaned, start)
-        except ValueError:
-            start = cleaned.find("{", start + 1)
-            continue
-        if isinstance(value, dict):
-            return value
-        start = cleaned.find("{", start + 1)
-    raise ValueError("the answer holds no JSON object")
 
 
 class Proposer:
@@ -142,58 +146,66 @@ class Proposer:
                 {"role": "user", "content": REVISE_REQUEST.format(missing=review["missing"] or "-")}
             )
 
-    def _ask(self, conversation: list[dict[str, str]]) -> str:
-        answer = self.model.complete(conversation, system=self.system, max_tokens=self.max_tokens)
-        conversation.append({"role": "assistant", "content": answer})
-        return answer
-
     def _changes(
         self, conversation: list[dict[str, str]], tree: HarnessTree
     ) -> tuple[str, tuple[Change, ...], HarnessTree, int]:
-        for attempt in range(self.retries + 1):
-            answer = self._ask(conversation)
+        def check(value: dict[str, Any]) -> tuple[str, tuple[Change, ...], HarnessTree]:
+            design, changes = _parse_proposal(value)
             try:
-                design, changes = _parse_proposal(answer)
                 candidate = tree.apply(changes)
                 problems = candidate.problems()
                 if problems:
                     raise TreeError("; ".join(problems[:5]))
-            except (ValueError, TreeError) as exc:
-                problem = getattr(exc, "message", None) or str(exc)
-                if attempt == self.retries:
-                    raise StepSkipped(
-                        f"the proposer's answer was unusable {attempt + 1} times; last: {problem}"
-                    ) from exc
-                conversation.append({"role": "user", "content": RETRY_REQUEST.format(problem=problem)})
-                continue
-            return design, changes, candidate, attempt
-        raise AssertionError("unreachable")
+            except TreeError as exc:
+                raise ValueError(exc.message) from exc
+            return design, changes, candidate
+
+        try:
+            (design, changes, candidate), used = ask_json(
+                self.model,
+                conversation,
+                system=self.system,
+                shape=PROPOSAL_SCHEMA,
+                check=check,
+                retries=self.retries,
+                max_tokens=self.max_tokens,
+            )
+        except Unusable as exc:
+            raise StepSkipped(f"the proposer's answer: {exc.message}") from exc
+        return design, changes, candidate, used
 
     def _review(self, conversation: list[dict[str, str]]) -> tuple[dict[str, str], int]:
         conversation.append({"role": "user", "content": REVIEW_REQUEST})
-        for attempt in range(self.retries + 1):
-            answer = self._ask(conversation)
-            try:
-                value = parse_json_object(answer)
-                verdict = str(value.get("verdict", "")).strip().lower()
-                if verdict not in VERDICTS:
-                    raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}")
-                missing = value.get("missing") or ""
-                return {"verdict": verdict, "missing": str(missing)}, attempt
-            except ValueError as exc:
-                if attempt == self.retries:
-                    raise StepSkipped(f"the proposer's self-review was unusable: {exc}") from exc
-                conversation.append({"role": "user", "content": RETRY_REQUEST.format(problem=exc)})
-        raise AssertionError("unreachable")
+
+        def check(value: dict[str, Any]) -> dict[str, str]:
+            verdict = str(value.get("verdict", "")).strip().lower()
+            if verdict not in VERDICTS:
+                raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}")
+            return {"verdict": verdict, "missing": str(value.get("missing") or "")}
+
+        try:
+            return ask_json(
+                self.model,
+                conversation,
+                system=self.system,
+                shape=REVIEW_SCHEMA,
+                check=check,
+                retries=self.retries,
+                max_tokens=self.max_tokens,
+            )
+        except Unusable as exc:
+            raise StepSkipped(f"the proposer's self-review: {exc.message}") from exc
 
 
-def _parse_proposal(answer: str) -> tuple[str, tuple[Change, ...]]:
-    value = parse_json_object(answer)
+def _parse_proposal(value: dict[str, Any]) -> tuple[str, tuple[Change, ...]]:
     design = value.get("design")
     if not isinstance(design, str) or not design.strip():
         raise ValueError('"design" must be a non-empty string')
     raw = value.get("changes")
     if not isinstance(raw, list) or not raw:
         raise ValueError('"changes" must be a non-empty list')
-    changes = tuple(Change.from_json(item, where=f"changes[{i}]") for i, item in enumerate(raw))
+    try:
+        changes = tuple(Change.from_json(item, where=f"changes[{i}]") for i, item in enumerate(raw))
+    except TreeError as exc:
+        raise ValueError(exc.message) from exc
     return design.strip(), changes

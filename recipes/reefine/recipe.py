@@ -1,6 +1,17 @@
-"""reefine: plain-language asks become checked, versioned harness releases.
+"""reefine: plain-language asks, and how the harness is used, become checked, versioned releases.
 
-One ask per step.  The proposer (the served model, unrecorded) turns the ask into entry
+Two kinds of step, asks first:
+
+* **ask** (one per step): the proposer turns a person's ask into entry changes;
+* **usage** (``usage.py``): when ``usage-min-sessions`` new scored sessions exist (or on
+  ``reef learn``), lessons reflected from them become delta edits of the tree, and the
+  candidate must also win the replay gate (``replay.py``) on held-out sessions.
+
+Between steps the worker keeps an index of the scenario's sessions and, with
+``judge-next-turn``, judges each new turn's previous answer by the user's next message
+(``judge.py``), storing the verdict as a report.
+
+For an ask step,  the proposer (the served model, unrecorded) turns the ask into entry
 changes on the current release's tree; the candidate must pass every release check:
 
 | check | passes when |
@@ -10,6 +21,7 @@ changes on the current release's tree; the candidate must pass every release che
 | ``health`` | the real harness (pi, print mode, offline) starts with the candidate, routed through |
 |            | reef to the served model, and completes a health task |
 | ``reviewer`` | a fresh-context model call judges: implements the ask, and nothing unrelated |
+| ``replay`` | usage steps (and asks, with ``replay-asks``): wins on held-out sessions (``replay.py``) |
 
 A candidate that adds, changes or removes extension code (or hook-like config) waits as
 pending for a person.  The change list is kept in the step record, so a candidate whose base
@@ -18,26 +30,52 @@ moved (a rollback, another step) is rebuilt by re-applying it to the new tip.
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from recipes.reefine import replay, usage
 from recipes.reefine.agent import AgentProposer, agent_available
 from recipes.reefine.health import find_pi, run_health
-from recipes.reefine.proposer import Proposer, StepSkipped, parse_json_object
+from recipes.reefine.judge import judge_turn
+from recipes.reefine.playbook import EditError, apply_edits, bullets
+from recipes.reefine.proposer import Proposer, StepSkipped
+from recipes.reefine.structured import Unusable, ask_json, schema
 from reef_core.errors import ConfigError, ReefError
-from reef_core.harness import Change, HarnessTree, Target, TreeError, needs_approval, renderer_for
+from reef_core.harness import (
+    Change,
+    HarnessTree,
+    Target,
+    TreeError,
+    changed_entries,
+    needs_approval,
+    renderer_for,
+)
 from reef_core.harness.diff import diff_text
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
 from reef_core.learning.model import CountingModel
 from reef_core.release.screens import screen_files
+from reef_core.sessions import request_messages
 from reef_core.store import Release, Scenario, build_tree
 
 __all__ = ["ReefineConfig", "ReefineRecipe"]
 
 HARNESS_REQUIRES = {"pi": ">=0.73.1"}
+REVIEW_SCHEMA = schema(
+    "review",
+    {
+        "implements_ask": {"type": "boolean"},
+        "unrelated_changes": {"type": "boolean"},
+        "reason": {"type": "string"},
+    },
+)
+_JUDGE_LOOKBACK_MS = 10 * 60 * 1000  # turns this recent when a worker starts are still judged
+log = logging.getLogger(__name__)
 
 REVIEWER_SYSTEM = """You review a change to a coding agent's harness (its skills, rules, commands,
 extensions and config). A person asked for something; a proposer made the change shown as a diff.
@@ -57,6 +95,17 @@ class ReefineConfig:
     health: bool = True  # run the real harness on the candidate
     health_timeout: float = 120.0
     health_task: str = "Reply with the single word READY."
+    # learning from usage (usage.py, judge.py, replay.py)
+    judge_next_turn: bool = True  # judge each new turn's previous answer by the user's next message
+    usage_min_sessions: int = 5  # new scored sessions that start a usage step by themselves
+    usage_max_sessions: int = 8  # sessions one usage step reflects on
+    usage_model_calls: int = 24  # per usage step: reflections, curation and review
+    held_out_share: float = 0.3  # sessions never learned from, only replayed by the gate
+    max_edits: int = 4  # delta edits per usage step; more is a rewrite, refused
+    rules_budget: int = 2000  # characters of one rules file (rules go with every request)
+    replay_asks: bool = False  # the replay gate also applies to asks
+    replay_confidence: float = 0.9  # the one-sided sign test's confidence
+    replay_max_calls: int = 40  # model calls of one replay gate (4 per held-out session)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ReefineConfig:
@@ -78,7 +127,27 @@ class ReefineConfig:
                 raise ConfigError(
                     f"recipe.config.{key} must be a {type(default).__name__}", field=f"recipe.config.{key}"
                 ) from exc
-        return cls(**values)
+        made = cls(**values)
+        if not 0 <= made.held_out_share < 1:
+            raise ConfigError(
+                "recipe.config.held-out-share must be from 0 to below 1", field="recipe.config.held-out-share"
+            )
+        if not 0.5 <= made.replay_confidence < 1:
+            raise ConfigError(
+                "recipe.config.replay-confidence must be from 0.5 to below 1",
+                field="recipe.config.replay-confidence",
+            )
+        for name in (
+            "usage_min_sessions",
+            "usage_max_sessions",
+            "max_edits",
+            "rules_budget",
+            "replay_max_calls",
+        ):
+            if getattr(made, name) < 1:
+                key = name.replace("_", "-")
+                raise ConfigError(f"recipe.config.{key} must be at least 1", field=f"recipe.config.{key}")
+        return made
 
 
 def _coerce(value: Any, kind: type) -> Any:
@@ -112,7 +181,7 @@ class _Work:
 
 class ReefineRecipe(Recipe):
     name = "reefine"
-    consumes = frozenset({"ask"})
+    consumes = frozenset({"ask", "report", "record"})
     needs_model_endpoint = True
 
     def __init__(self, context: RecipeContext) -> None:
@@ -122,29 +191,119 @@ class ReefineRecipe(Recipe):
         self._taken: set[str] | None = None
         self._cursor: str | None = None
         self._queue: deque[tuple[str, dict[str, Any]]] = deque()
+        self.sessions = usage.SessionIndex()
+        self._book: usage.Ledger | None = None
+        self._learn: deque[str] = deque()
+        self._tickets = itertools.count(1)
+        self._trees: dict[str, HarnessTree | None] = {}
+        #: what the recipe did between steps, for ``reef status`` (judge calls, their failures)
+        self.stats: dict[str, Any] = {"judged": 0, "judge_failures": 0, "judge_seconds": []}
 
-    # -- batches: one ask at a time, oldest first ------------------------------------------------
+    def learn_now(self) -> str:
+        ticket = f"learn-{next(self._tickets)}"
+        self._learn.append(ticket)
+        return ticket
+
+    # -- batches: asks first, oldest first; then usage -------------------------------------------
 
     def next_batch(self, scenario: Scenario) -> Batch | None:
         if self._taken is None:
             self._taken = set()
-            for stored in scenario.releases.candidates():
-                self._taken.update(stored.record.get("batch", {}).get("items", []))
+            records = [stored.record for stored in scenario.releases.candidates()]
+            for record in records:
+                self._taken.update(record.get("batch", {}).get("items", []))
+            self._book = usage.ledger(records)
         for item in scenario.data.iter_items(["ask"], after=self._cursor):
             self._cursor = item.id
             if item.id not in self._taken:
                 self._queue.append((item.id, item.data))
-        if not self._queue:
+        if self._queue:
+            ask_id, data = self._queue.popleft()
+            self._taken.add(ask_id)
+            return Batch((ask_id,), payload=data, summary=f"ask {ask_id}")
+        self._follow_sessions(scenario)
+        return self._usage_batch()
+
+    def _follow_sessions(self, scenario: Scenario) -> None:
+        """Bring the session index up to date; judge the new turns (``judge-next-turn``)."""
+        start = max(0, int(time.time() * 1000) - _JUDGE_LOOKBACK_MS)
+        turns = self.sessions.update(scenario, records_after=f"rec_{start:012x}{0:016x}")
+        if not self.config.judge_next_turn or self.context.model is None:
+            return
+        for turn in turns:
+            if turn.previous in self.sessions.judged or self.sessions.explicitly_scored(turn.session):
+                continue
+            self._judge(scenario, turn)
+
+    def _judge(self, scenario: Scenario, turn: usage.NewTurn) -> None:
+        assert self.context.model is not None
+        started = time.perf_counter()
+        try:
+            verdict = judge_turn(self.context.model, turn.answer, turn.next_message, retries=0)
+        except (ReefError, OSError) as exc:  # no verdict is better than a wrong one
+            self.stats["judge_failures"] += 1
+            log.info("reefine: the judge could not score a turn of session %s: %s", turn.session, exc)
+            return
+        finally:
+            self.sessions.judged.add(turn.previous)
+        report = {
+            "score": verdict.score,
+            "feedback": verdict.reason or verdict.verdict,
+            "references": [turn.previous],
+            "metadata": {
+                "source": "judge",
+                "verdict": verdict.verdict,
+                "session": turn.session,
+                "next_record": turn.record,
+                "next_message": turn.next_message[:2000],
+            },
+            "idempotency_key": None,
+        }
+        summary = f"score={verdict.score:g} refs={turn.previous} judge {verdict.verdict}"
+        scenario.append("report", report, summary=summary).result()
+        self.stats["judged"] += 1
+        self.stats["judge_seconds"] = [
+            *self.stats["judge_seconds"][-99:],
+            round(time.perf_counter() - started, 4),
+        ]
+
+    def _eligible(self) -> tuple[list[usage.Known], int]:
+        """Sessions a usage step may learn from (best material first), and how many are held out."""
+        assert self._book is not None
+        ready, held = [], 0
+        for known in self.sessions.sessions.values():
+            view = known.view()
+            if view.score is None:
+                continue
+            if usage.held_out(known.id, self.config.held_out_share):
+                held += 1
+                continue
+            if any(r.get("id") not in self._book.consumed for r in known.reports):
+                ready.append(known)
+        ready.sort(key=lambda k: (not k.view().negative, k.view().score or 0.0, k.first or ""))
+        return ready, held
+
+    def _usage_batch(self) -> Batch | None:
+        ready, held = self._eligible()
+        ticket = self._learn.popleft() if self._learn else None
+        if ticket is None and len(ready) < self.config.usage_min_sessions:
             return None
-        ask_id, data = self._queue.popleft()
-        self._taken.add(ask_id)
-        return Batch((ask_id,), payload=data, summary=f"ask {ask_id}")
+        chosen = ready[: self.config.usage_max_sessions]
+        reports = sorted({str(r["id"]) for k in chosen for r in k.reports if r.get("id")})
+        assert self._book is not None
+        self._book.consumed.update(reports)
+        items = (*reports, *([ticket] if ticket else []))
+        why = f"reef learn ({ticket})" if ticket else f"{len(ready)} new scored sessions"
+        payload = {"kind": "usage", "sessions": [k.id for k in chosen], "held_out": held, "ticket": ticket}
+        return Batch(items, payload=payload, summary=f"usage: {len(chosen)} sessions, {why}")
 
     # -- a step ------------------------------------------------------------------------------------
 
     def propose(self, scenario: Scenario, batch: Batch) -> Candidate:
         if self.context.model is None:
             raise StepSkipped("no served model is lent to the recipe (is an upstream configured?)")
+        if isinstance(batch.payload, dict) and batch.payload.get("kind") == "usage":
+            return self._propose_usage(scenario, batch)
         ask = str(batch.payload["text"])
         chain = scenario.releases
         base = chain.tip()
@@ -152,7 +311,7 @@ class ReefineRecipe(Recipe):
         model = CountingModel(self.context.model, self.config.model_calls)
         proposer, how = self._proposer(scenario, model)
         proposal = proposer.propose(base_tree, ask)
-        tree = self._stamp(proposal.tree, base_tree, ask, proposal.self_review["verdict"])
+        tree = self._stamp(proposal.tree, base_tree, ask, proposal.self_review["verdict"], {"kind": "ask"})
         files = tree.files()
         record = {
             "ask_id": batch.item_ids[0],
@@ -174,6 +333,136 @@ class ReefineRecipe(Recipe):
             payload=model,
             needs_approval=needs_approval(base_tree, tree),
         )
+
+    def _served(self, scenario: Scenario, release: str | None) -> HarnessTree | None:
+        """The tree of a release by name (cached; None when unknown or gone)."""
+        if release is None:
+            return None
+        if release not in self._trees:
+            try:
+                self._trees[release] = HarnessTree.from_files(
+                    scenario.releases.files(scenario.releases.get(release))
+                )
+            except (ReefError, ValueError):
+                self._trees[release] = None
+        return self._trees[release]
+
+    def _propose_usage(self, scenario: Scenario, batch: Batch) -> Candidate:
+        assert self.context.model is not None and self._book is not None
+        payload = batch.payload
+        chain = scenario.releases
+        base = chain.tip()
+        base_tree = HarnessTree.from_files(chain.files(base)) if base else HarnessTree.empty()
+        model = CountingModel(self.context.model, self.config.usage_model_calls)
+        did = usage.Stepped(held_out=int(payload.get("held_out", 0)))
+
+        def skipped(why: str) -> StepSkipped:
+            did.why = why
+            record = {"learned_from": "usage", "usage": did.to_json(), "adapter": self.config.adapter}
+            self._book_step(batch, did)
+            return StepSkipped(why, record=record)
+
+        known = [
+            self.sessions.sessions[name] for name in payload["sessions"] if name in self.sessions.sessions
+        ]
+        if not known:
+            ready, held = len(self._eligible()[0]), payload.get("held_out", 0)
+            raise skipped(f"nothing new to learn from: {ready} unused scored session(s), {held} held out")
+        current = bullets(base_tree)
+        for session in known:
+            stuff = usage.material(scenario, session, lambda name: self._served(scenario, name))
+            view = stuff.session
+            did.sessions.append(
+                {
+                    "session": session.id,
+                    "score": view.score,
+                    "scored_by": "person" if view.explicit else "judge",
+                    "reports": [r.get("id") for r in view.reports],
+                    "last_record": session.last,
+                }
+            )
+            try:
+                lessons, tags = usage.reflect(model, stuff, current, retries=self.config.retries)
+            except Unusable as exc:
+                did.dropped.append(
+                    {"session": session.id, "why": f"the reflection was unusable: {exc.message}"}
+                )
+                continue
+            did.lessons += lessons
+            did.rule_tags += tags
+        live = [les for les in did.lessons if not les.dropped]
+        if not live:
+            raise skipped(f"skip: no usable lesson in {len(known)} session(s)")
+        try:
+            curated = usage.curate(
+                model,
+                base_tree,
+                did.lessons,
+                self._book,
+                max_edits=self.config.max_edits,
+                retries=self.config.retries,
+            )
+        except usage.Rewrite as exc:
+            raise skipped(
+                f"refused: the curator's answer rewrites the tree ({exc}); only delta edits are taken"
+            ) from None
+        except Unusable as exc:
+            raise skipped(f"the curator's answer: {exc.message}") from None
+        did.dropped += curated.dropped
+        book = usage.Ledger(
+            consumed=self._book.consumed,
+            helpful=dict(self._book.helpful),
+            harmful=dict(self._book.harmful),
+            ids=self._book.ids,
+        )
+        book.add({"usage": {"rule_tags": did.rule_tags}, "batch": {"items": []}})
+        edits = curated.edits + usage.harmful_removals(base_tree, book, curated.edits)
+        if not edits:
+            raise skipped(f"skip: the curator made no edit ({curated.why or 'no reason given'})")
+        try:
+            tree, applied = apply_edits(
+                base_tree, edits, budget=self.config.rules_budget, used_ids=self._book.ids | set(current)
+            )
+        except EditError as exc:
+            raise skipped(f"refused: {exc}") from None
+        for edit in applied:
+            entry = edit.to_json()
+            reasons = usage.hold_reasons(edit, did.lessons)
+            if reasons:
+                did.held.append({**entry, "why_held": reasons, "evidence": _evidence(edit, did.lessons)})
+            did.edits.append(entry)
+        did.why = curated.why
+        self._book_step(batch, did)
+        lessons_used = sorted({i for e in applied for i in e.lessons})
+        summary = _usage_summary(applied, len(known))
+        learned = {
+            "kind": "usage",
+            "sessions": len(known),
+            "reports": sum(len(k.reports) for k in known),
+            "lessons": len(lessons_used),
+        }
+        tree = self._stamp(tree, base_tree, summary, "delivers", learned)
+        record = {
+            "learned_from": "usage",
+            "ask": summary,
+            "design": curated.why,
+            "changes": [c.to_json() for c in changed_entries(base_tree, tree)],
+            "usage": did.to_json(),
+            "adapter": self.config.adapter,
+            "proposer": "usage",
+        }
+        return Candidate(
+            tree=str(build_tree(scenario.handle.repo, tree.files())),
+            operation="learn",
+            ask=summary,
+            record=record,
+            payload=model,
+            needs_approval=bool(did.held) or needs_approval(base_tree, tree),
+        )
+
+    def _book_step(self, batch: Batch, did: usage.Stepped) -> None:
+        assert self._book is not None
+        self._book.add({"usage": did.to_json(), "batch": {"items": list(batch.item_ids)}})
 
     def _proposer(self, scenario: Scenario, model: CountingModel) -> tuple[Proposer | AgentProposer, str]:
         """The agent proposer when REEF_PROPOSER_SANDBOX asks for it and this host can run it;
@@ -209,10 +498,15 @@ class ReefineRecipe(Recipe):
         return agent, f"agent ({sandbox})"
 
     @staticmethod
-    def _stamp(tree: HarnessTree, base: HarnessTree, ask: str, verdict: str) -> HarnessTree:
-        """The manifest: the tree's own version (one more than its base's), ask, requirements."""
+    def _stamp(
+        tree: HarnessTree, base: HarnessTree, ask: str, verdict: str, learned: dict[str, Any] | None
+    ) -> HarnessTree:
+        """The manifest: the tree's own version (one more than its base's), ask, requirements,
+        and what it learned from."""
         version = (base.manifest.version or 0) + 1
-        return tree.with_manifest(version=version, ask=ask, requires=dict(HARNESS_REQUIRES), verdict=verdict)
+        return tree.with_manifest(
+            version=version, ask=ask, requires=dict(HARNESS_REQUIRES), verdict=verdict, learned_from=learned
+        )
 
     def checks(self, scenario: Scenario, candidate: Candidate) -> list[Callable[[], CheckResult]]:
         work = _Work.of(scenario, candidate)
@@ -257,9 +551,17 @@ class ReefineRecipe(Recipe):
             return CheckResult("health", result.passed, result.detail, metrics)
 
         def reviewer() -> CheckResult:
-            return self._review(work, candidate.ask or "")
+            lessons = _lessons_text(candidate.record)
+            return self._review(work, lessons or candidate.ask or "", usage=bool(lessons))
 
-        return [well_formed, screens, health, reviewer]
+        def replay_gate() -> CheckResult:
+            return self._replay(scenario, work)
+
+        replay_gate.__name__ = "replay"
+        checks = [well_formed, screens, health, reviewer]
+        if candidate.record.get("learned_from") == "usage" or self.config.replay_asks:
+            checks.append(replay_gate)
+        return checks
 
     def _target(self, scenario: Scenario, *, capture_env: str | None = None) -> Target:
         url = self.context.daemon_url
@@ -268,35 +570,109 @@ class ReefineRecipe(Recipe):
         headers = {"x-reef-capture": capture_env} if capture_env else {}
         return Target(reef_url=url, scenario=scenario.name, model=self.context.served_model, headers=headers)
 
-    def _review(self, work: _Work, ask: str) -> CheckResult:
-        prompt = (
-            f"The ask (a JSON string):\n{json.dumps(ask, ensure_ascii=False)}\n\n"
-            f"The change:\n{diff_text(work.base_files, work.files)}"
+    def _review(self, work: _Work, ask: str, *, usage: bool = False) -> CheckResult:
+        what = (
+            "The lessons the change should carry out (a JSON string)" if usage else "The ask (a JSON string)"
         )
-        problem = ""
-        for _ in range(self.config.retries + 1):
-            messages = [{"role": "user", "content": prompt + problem}]
-            answer = work.model.complete(messages, system=REVIEWER_SYSTEM, max_tokens=1024)
-            try:
-                value = parse_json_object(answer)
-                implements, unrelated = value["implements_ask"], value["unrelated_changes"]
-                if not isinstance(implements, bool) or not isinstance(unrelated, bool):
-                    raise ValueError("implements_ask and unrelated_changes must be true or false")
-            except (ValueError, KeyError) as exc:
-                problem = f"\n\n(Your previous answer could not be used: {exc}. Answer with the JSON only.)"
-                continue
-            reason = str(value.get("reason", "")).strip()
-            passed = implements and not unrelated
-            verdict = "implements the ask" if implements else "does not implement the ask"
-            if unrelated:
-                verdict += ", with unrelated changes"
-            return CheckResult(
-                "reviewer",
-                passed,
-                f"{verdict}: {reason}" if reason else verdict,
-                {"model_calls": work.model.calls},
+        change = diff_text(work.base_files, work.files)
+        prompt = f"{what}:\n{json.dumps(ask, ensure_ascii=False)}\n\nThe change:\n{change}"
+
+        def check(value: dict[str, Any]) -> tuple[bool, bool, str]:
+            implements, unrelated = value["implements_ask"], value["unrelated_changes"]
+            if not isinstance(implements, bool) or not isinstance(unrelated, bool):
+                raise ValueError("implements_ask and unrelated_changes must be true or false")
+            return implements, unrelated, str(value.get("reason", "")).strip()
+
+        try:
+            (implements, unrelated, reason), _ = ask_json(
+                work.model,
+                [{"role": "user", "content": prompt}],
+                system=REVIEWER_SYSTEM,
+                shape=REVIEW_SCHEMA,
+                check=check,
+                retries=self.config.retries,
+                max_tokens=1024,
             )
-        return CheckResult("reviewer", False, f"the reviewer's answer was unusable{problem[:200]}")
+        except Unusable as exc:
+            return CheckResult("reviewer", False, f"the reviewer's answer: {exc.message[:200]}")
+        passed = implements and not unrelated
+        verdict = "implements the ask" if implements else "does not implement the ask"
+        if unrelated:
+            verdict += ", with unrelated changes"
+        return CheckResult(
+            "reviewer",
+            passed,
+            f"{verdict}: {reason}" if reason else verdict,
+            {"model_calls": work.model.calls},
+        )
+
+    def _replay(self, scenario: Scenario, work: _Work) -> CheckResult:
+        """The replay gate on held-out sessions (``replay.py``); the table goes to the step record."""
+        assert self.context.model is not None
+        cases, served = self._replay_cases(scenario)
+        base = HarnessTree.from_files(work.base_files) if work.base_files else HarnessTree.empty()
+        sides = {"current": base, "candidate": work.tree}
+
+        def render(case: replay.ReplayCase, side: str) -> str:
+            return self.renderer.prompt_context(case.system, served.get(case.session), sides[side])
+
+        model = CountingModel(self.context.model, self.config.replay_max_calls + 8)
+        passed, detail, table = replay.gate(
+            model,
+            cases,
+            render=render,
+            confidence=self.config.replay_confidence,
+            max_calls=self.config.replay_max_calls,
+            retries=1,
+        )
+        metrics = {"model_calls": float(model.calls), "wins": table["wins"], "losses": table["losses"]}
+        return CheckResult("replay", passed, detail, metrics, data=table)
+
+    def _replay_cases(
+        self, scenario: Scenario
+    ) -> tuple[list[replay.ReplayCase], dict[str, HarnessTree | None]]:
+        """The held-out sessions' opening tasks, those with negative feedback and the newest first."""
+        held = [
+            k
+            for k in self.sessions.sessions.values()
+            if k.first and k.view().score is not None and usage.held_out(k.id, self.config.held_out_share)
+        ]
+        held.sort(key=lambda k: (not k.view().negative, -(int(k.last[4:], 16) if k.last else 0)))
+        cases, served = [], {}
+        for known in held[: max(1, self.config.replay_max_calls // replay.CALLS_PER_SESSION)]:
+            assert known.first is not None
+            try:
+                record = scenario.data.get(known.first).data
+            except ReefError:
+                continue
+            messages = [m for m in request_messages(record)]
+            system = "\n\n".join(m.text for m in messages if m.source == "system")
+            task: list[dict[str, str]] = []
+            for message in messages:
+                if message.source == "system":
+                    continue
+                task.append(
+                    {
+                        "role": "assistant" if message.source == "assistant" else "user",
+                        "content": message.text,
+                    }
+                )
+                if message.source == "user":
+                    break
+            if not task:
+                continue
+            view = known.view()
+            wanted = "; ".join(
+                [*view.feedback]
+                + [str(r.get("feedback")) for r in view.judged if r.get("feedback")]
+                + [str((r.get("metadata") or {}).get("next_message", "")) for r in view.judged]
+            ).strip("; ")
+            if not wanted:
+                wanted = f"The person scored how the agent handled it {view.score:.2f} (0 = bad, 1 = good)."
+            release = record.get("release") if isinstance(record.get("release"), str) else None
+            served[known.id] = self._served(scenario, release)
+            cases.append(replay.ReplayCase(known.id, system, task, wanted[:1500]))
+        return cases, served
 
     # -- the chain moved: the same changes on the new tip ---------------------------------------
 
@@ -314,4 +690,36 @@ class ReefineRecipe(Recipe):
         if tree.problems():
             return None
         verdict = str(record.get("self_review", {}).get("verdict", "delivers"))
-        return str(build_tree(scenario.handle.repo, self._stamp(tree, base, ask, verdict).files()))
+        learned = {"kind": "usage"} if record.get("learned_from") == "usage" else {"kind": "ask"}
+        return str(build_tree(scenario.handle.repo, self._stamp(tree, base, ask, verdict, learned).files()))
+
+
+def _lessons_text(record: dict[str, Any]) -> str:
+    """The lessons a usage candidate carries out, one per line (empty for an ask)."""
+    used = record.get("usage")
+    if not isinstance(used, dict):
+        return ""
+    lessons = used.get("lessons") or []
+    cited = sorted({i for e in used.get("edits") or [] for i in e.get("lessons") or []})
+    lines = [f"- {lessons[i]['instead']}" for i in cited if i < len(lessons)]
+    removed = [
+        f"- remove rule {e['id']}: {e.get('why', '')}"
+        for e in used.get("edits") or []
+        if e.get("op") == "remove"
+    ]
+    return "\n".join(lines + removed)
+
+
+def _evidence(edit: Any, lessons: list[usage.Lesson]) -> list[dict[str, str]]:
+    return [e for i in edit.lessons for e in lessons[i].evidence]
+
+
+def _usage_summary(applied: list[Any], sessions: int) -> str:
+    first = next((e for e in applied if e.op != "remove"), None)
+    what = (
+        f'{first.op} {first.target} "{first.text[:120]}"'
+        if first
+        else f"{applied[0].op} rule {applied[0].id}"
+    )
+    more = f" (+{len(applied) - 1} more)" if len(applied) > 1 else ""
+    return f"learned from {sessions} session(s): {what}{more}"

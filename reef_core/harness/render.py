@@ -80,6 +80,13 @@ class Renderer(Protocol):
         """For the proposer's prompt: what each entry kind can do in this harness, and its limits."""
         ...
 
+    def prompt_context(self, system: str, served: HarnessTree | None, tree: HarnessTree) -> str:
+        """A recorded system prompt as the harness would have sent it with ``tree`` installed:
+        what ``served`` (the tree that was installed, when known) put into ``system`` taken out,
+        ``tree``'s rules and skill list put in.  reefine's replay gate sends a recorded task
+        with the current tree and with a candidate's through this one function."""
+        ...
+
 
 @dataclass(frozen=True)
 class InstallPlan:

@@ -203,12 +203,15 @@ class Change:
 
 @dataclass(frozen=True)
 class Manifest:
-    """``reef-release.json``: the release number, the ask behind it, what it requires, the verdict."""
+    """``reef-release.json``: the release number, the ask behind it, what it requires, the
+    verdict, and what it learned from (``{"kind": "ask"}``, or ``{"kind": "usage", "sessions":
+    n, "reports": m, "lessons": k}``)."""
 
     version: int | None = None
     ask: str | None = None
     requires: dict[str, str] = field(default_factory=dict)
     verdict: str | None = None
+    learned_from: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.version is not None and (
@@ -224,20 +227,27 @@ class Manifest:
         ):
             raise TreeError("manifest requires must map names to text", field="requires")
         object.__setattr__(self, "requires", dict(sorted(self.requires.items())))
+        if self.learned_from is not None and not (
+            isinstance(self.learned_from, Mapping) and isinstance(self.learned_from.get("kind"), str)
+        ):
+            raise TreeError("manifest learned_from must be an object with a kind", field="learned_from")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "ask": self.ask,
             "requires": dict(self.requires),
             "verdict": self.verdict,
             "version": self.version,
         }
+        if self.learned_from is not None:
+            out["learned_from"] = dict(self.learned_from)
+        return out
 
     @classmethod
     def from_json(cls, obj: Any) -> Manifest:
         if not isinstance(obj, dict):
             raise TreeError(f"{MANIFEST_PATH} must hold a JSON object", field=MANIFEST_PATH)
-        unknown = sorted(set(obj) - {"ask", "requires", "verdict", "version"})
+        unknown = sorted(set(obj) - {"ask", "requires", "verdict", "version", "learned_from"})
         if unknown:
             raise TreeError(f"{MANIFEST_PATH} has unknown field {unknown[0]!r}", field=unknown[0])
         return cls(
@@ -245,6 +255,7 @@ class Manifest:
             ask=obj.get("ask"),
             requires=obj.get("requires") or {},
             verdict=obj.get("verdict"),
+            learned_from=obj.get("learned_from"),
         )
 
 

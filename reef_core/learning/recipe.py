@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from reef_core.errors import InvalidInput
 from reef_core.learning.model import ModelCaller
 from reef_core.store import Release, Scenario
 
@@ -57,6 +58,8 @@ class CheckResult:
     passed: bool
     detail: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    #: what the check wants kept with the step (reefine's replay table), stored in its record
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,6 +111,11 @@ class Recipe(ABC):
 
     def rejected(self, scenario: Scenario, candidate: Candidate) -> None:  # noqa: B027 - optional hook
         """The checks turned ``candidate`` down; nothing was published."""
+
+    def learn_now(self) -> str:
+        """Run a learning step now, on whatever material there is; returns a ticket the step's
+        progress is kept under.  Only recipes that learn from usage can."""
+        raise InvalidInput(f"the {self.name} recipe does not learn from usage (reefine does)", field="recipe")
 
     def rebase(self, scenario: Scenario, record: dict[str, Any], new_base: Release) -> str | None:
         """The tree of a candidate (described by its step ``record``) rebuilt on ``new_base``.

@@ -145,12 +145,16 @@ class LearningWorker:
         base = self.scenario.releases.tip()
         checks: list[CheckResult] = []
         candidate: Candidate | None = None
+        skipped_record: dict[str, Any] = {}
         try:
             candidate = self.recipe.propose(self.scenario, batch)
             self._mark(batch, "checking")
             checks = self._check(candidate)
         except Exception as exc:
             verdict = f"skipped: {type(exc).__name__}: {exc}"
+            told = getattr(exc, "record", None)  # what the step did before it stopped, for its record
+            if isinstance(told, dict):
+                skipped_record = told
             log.warning("step on %s skipped: %s", self.scenario.name, exc)
             log.debug("%s", traceback.format_exc())
         else:
@@ -159,7 +163,14 @@ class LearningWorker:
         for attempt in range(_CONFLICT_RETRIES + 1):
             seconds = time.perf_counter() - started
             settled = self._settle(
-                candidate, batch, base, checks, verdict, seconds, retry=attempt < _CONFLICT_RETRIES
+                candidate,
+                batch,
+                base,
+                checks,
+                verdict,
+                seconds,
+                retry=attempt < _CONFLICT_RETRIES,
+                told=skipped_record,
             )
             release, step = settled.release, settled.step
             if settled.rebased is None or candidate is None:
@@ -230,14 +241,22 @@ class LearningWorker:
         seconds: float,
         *,
         retry: bool,
+        told: dict[str, Any] | None = None,
     ) -> _Settled:
         chain = self.scenario.releases
         record = {
-            **(candidate.record if candidate else {}),
+            **(candidate.record if candidate else told or {}),
             "recipe": self.recipe.name,
             "batch": {"items": list(batch.item_ids), "summary": batch.summary},
             "checks": [
-                {"name": c.name, "passed": c.passed, "detail": c.detail, "metrics": c.metrics} for c in checks
+                {
+                    "name": c.name,
+                    "passed": c.passed,
+                    "detail": c.detail,
+                    "metrics": c.metrics,
+                    **({"data": c.data} if c.data else {}),
+                }
+                for c in checks
             ],
             "seconds": round(seconds, 3),
         }

@@ -111,7 +111,7 @@ def test_json_is_one_session_per_line_as_the_daemon_serves_it(busy):
     shown = [json.loads(line) for line in result.stdout.splitlines()]
     served = httpx.get(f"{busy.daemon.url}/reef/scenarios/{SCENARIO}/sessions", timeout=10).json()
     assert shown == served["sessions"]
-    assert [(s["session"], s["receipts"]) for s in shown] == [("run-1", busy.run), ("chat-2", busy.chat)]
+    assert [(s["session"], s["records"]) for s in shown] == [("run-1", busy.run), ("chat-2", busy.chat)]
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -132,10 +132,10 @@ def test_limit_counts_sessions_and_after_cuts_into_one(busy, where):
     source = ["--url", busy.daemon.url] if where == "url" else ["--state-dir", str(busy.daemon.state_dir)]
     limited = reef("log", SCENARIO, "--sessions", "--json", "-n", "1", *source)
     [only] = [json.loads(line) for line in limited.stdout.splitlines()]
-    assert only["session"] == "run-1" and only["receipts"] == busy.run
+    assert only["session"] == "run-1" and only["records"] == busy.run
     after = reef("log", SCENARIO, "--sessions", "--json", "--after", busy.run[0], *source)
     shown = [json.loads(line) for line in after.stdout.splitlines()]
-    assert [(s["session"], s["receipts"], s["continues"]) for s in shown] == [
+    assert [(s["session"], s["records"], s["continues"]) for s in shown] == [
         ("chat-2", busy.chat, False),
         ("run-1", busy.run[1:], True),
     ]

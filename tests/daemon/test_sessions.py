@@ -169,9 +169,9 @@ def test_sessions_group_interleaved_records_by_tag_in_both_formats(sessions):
     body = sessions.get().json()
     assert body["next"] is None
     run_a, sess_b = body["sessions"]
-    assert run_a["session"] == "run-a" and run_a["receipts"] == sessions.a and run_a["records"] == 3
-    assert sess_b["session"] == "sess-b" and sess_b["receipts"] == sessions.b
-    assert sessions.untagged not in run_a["receipts"] + sess_b["receipts"]
+    assert run_a["session"] == "run-a" and run_a["records"] == sessions.a and len(sessions.a) == 3
+    assert sess_b["session"] == "sess-b" and sess_b["records"] == sessions.b
+    assert sessions.untagged not in run_a["records"] + sess_b["records"]
     assert run_a["started_at"] <= sess_b["started_at"] <= run_a["ended_at"]
     assert not run_a["continues"] and not sess_b["continues"]
 
@@ -201,7 +201,7 @@ def test_explicit_reports_outweigh_the_judge(sessions):
 
 def test_one_session_with_its_transcript(sessions):
     run_a = sessions.get("/run-a").json()
-    assert run_a["receipts"] == sessions.a and len(run_a["turns"]) == 2
+    assert run_a["records"] == sessions.a and len(run_a["turns"]) == 2
     transcript = [(m["source"], m["text"]) for m in run_a["transcript"]]
     assert [source for source, _ in transcript] == [
         "system",
@@ -228,19 +228,19 @@ def test_one_session_with_its_transcript(sessions):
 def test_pages_start_with_the_session_left_out_whole(sessions):
     first = sessions.get(limit=1).json()
     assert [s["session"] for s in first["sessions"]] == ["run-a"]
-    assert first["sessions"][0]["receipts"] == sessions.a  # whole: its later records too
+    assert first["sessions"][0]["records"] == sessions.a  # whole: its later records too
     assert first["next"] == sessions.a[0]  # the item just before sess-b's first record
 
     second = sessions.get(after=first["next"], limit=1).json()
     [sess_b] = second["sessions"]
-    assert sess_b["session"] == "sess-b" and sess_b["receipts"] == sessions.b and not sess_b["continues"]
+    assert sess_b["session"] == "sess-b" and sess_b["records"] == sessions.b and not sess_b["continues"]
     assert second["next"] == sessions.untagged  # the item just before run-a's next record
 
     # page on to the end: a session cut by a cursor comes back with its later records, continuing
     shown, cursor = [], second["next"]
     while cursor is not None:
         page = sessions.get(after=cursor, limit=1).json()
-        shown += [(s["session"], s["receipts"], s["continues"]) for s in page["sessions"]]
+        shown += [(s["session"], s["records"], s["continues"]) for s in page["sessions"]]
         assert page["next"] is None or page["next"] > cursor
         cursor = page["next"]
     a, b = sessions.a, sessions.b
@@ -250,10 +250,10 @@ def test_pages_start_with_the_session_left_out_whole(sessions):
 def test_after_inside_a_session_marks_it_continues(sessions):
     sess_b, run_a = sessions.get(after=sessions.a[0]).json()["sessions"]  # by first record after it
     assert run_a["session"] == "run-a" and run_a["continues"] is True
-    assert run_a["receipts"] == sessions.a[1:]
+    assert run_a["records"] == sessions.a[1:]
     assert sess_b["continues"] is False
     one = sessions.get("/run-a", after=sessions.a[1]).json()
-    assert one["continues"] is True and one["receipts"] == sessions.a[2:]
+    assert one["continues"] is True and one["records"] == sessions.a[2:]
     assert one["transcript"][-1]["text"] == "All tests pass."
 
 
@@ -278,7 +278,7 @@ def test_a_session_named_with_url_characters(make_reef):
     with ReefClient(reef.url) as client:
         assert [s["session"] for s in client.sessions(SCENARIO)["sessions"]] == ["feature/x 1?#"]
         one = client.session(SCENARIO, "feature/x 1?#")
-        assert one["receipts"] == [response.headers["x-reef-agent-record-id"]]
+        assert one["records"] == [response.headers["x-reef-agent-record-id"]]
 
 
 def test_bad_input_and_unknown_names(sessions):

@@ -3,7 +3,8 @@
 ``ScriptedUpstream`` runs an aiohttp server on 127.0.0.1 (ephemeral port) in a background thread
 with its own event loop, so synchronous tests and the official sync SDKs can talk to it.  Tests
 queue replies with :meth:`ScriptedUpstream.script`; each inference request (``/v1/chat/completions``
-or ``/v1/messages``) consumes one, in order.  With the queue empty it answers ``default_text``.
+or ``/v1/messages``) consumes one, in order.  With the queue empty it asks ``responder`` (when a
+test set one) or answers ``default_text``.
 
 Streams are real SSE over chunked HTTP, each event written (and flushed) as it is produced, framed
 exactly as the providers frame them.  Every request received is recorded in ``requests``.
@@ -19,7 +20,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -394,6 +395,9 @@ class ScriptedUpstream:
         self.requests: list[Captured] = []
         # Inference responses whose client went away before the answer was complete.
         self.disconnects: int = 0
+        #: answers requests when the queue is empty: ``(route, body) -> Reply | None`` (None:
+        #: ``default_text``); lets a test play a model that answers by what it is asked
+        self.responder: Callable[[Route, dict[str, Any]], Reply | None] | None = None
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque()
         self._counter = 0
@@ -512,9 +516,16 @@ class ScriptedUpstream:
 
     # ---------------------------------------------------------------------------------- handlers
 
-    def _next_reply(self) -> Reply:
+    def _next_reply(self, route: Route, body: dict[str, Any]) -> Reply:
         with self._lock:
-            return self._queue.popleft() if self._queue else Text(self.default_text)
+            if self._queue:
+                return self._queue.popleft()
+            responder = self.responder
+        if responder is not None:
+            reply = responder(route, body)
+            if reply is not None:
+                return reply
+        return Text(self.default_text)
 
     def _next_id(self, route: Route) -> str:
         with self._lock:
@@ -564,7 +575,7 @@ class ScriptedUpstream:
             return _error(route, 400, "request body is not a JSON object", "invalid_request_error")
         if path == "/messages/count_tokens":
             return web.json_response({"input_tokens": 42})
-        return await self._reply(request, route, body, self._next_reply())
+        return await self._reply(request, route, body, self._next_reply(route, body))
 
     async def _reply(
         self, request: web.Request, route: Route, body: dict[str, Any], reply: Reply
