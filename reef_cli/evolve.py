@@ -21,10 +21,10 @@ from reef_cli.sources import ScenarioArgument, UrlOption, connect
 from reef_core.client import Progress
 from reef_core.errors import InvalidInput, ReefError
 
-__all__ = ["evolve"]
+__all__ = ["SAYS", "evolve", "page_url", "print_outcome"]
 
 _MAX_TEXT = 4000
-_SAYS = {
+SAYS = {
     "queued": "waiting for the learner",
     "proposing": "proposing a change",
     "checking": "running release checks",
@@ -59,17 +59,17 @@ def evolve(
                     out.output.console.print(f"page: {client.url}{asked['page_path']}", highlight=False)
             return
         started = time.monotonic()
-        waiting = out.output.errors.status(f"{ask_id}: {_SAYS['queued']}…")
+        waiting = out.output.errors.status(f"{ask_id}: {SAYS['queued']}…")
         with until_interrupted() as stop, waiting as spinner:
 
             def show(progress: Progress) -> None:
-                says = _SAYS.get(progress.state, progress.state)
+                says = SAYS.get(progress.state, progress.state)
                 spinner.update(f"{ask_id}: {says}… {time.monotonic() - started:.0f}s")
 
             progress = client.wait(scenario, ask_id, timeout=timeout, on_progress=show, stop=stop)
         if stop.is_set() and not progress.settled:  # the person stopped waiting, not the ask
             raise ReefError(f"stopped waiting; {ask_id} goes on in the daemon (see reef releases {scenario})")
-        page_url = _page(client.url, progress, asked)
+        link = page_url(client.url, progress, asked)
     if as_json:
         out.output.json({**asked, "state": progress.state, "result": progress.result})
     if not progress.settled:
@@ -78,15 +78,15 @@ def evolve(
             f"(see reef releases {scenario})"
         )
     if not as_json:
-        _print_outcome(scenario, ask_id, progress.result or {}, page_url)
+        print_outcome(scenario, ask_id, progress.result or {}, link)
 
 
-def _page(base: str, progress: Progress, asked: dict[str, Any]) -> str | None:
+def page_url(base: str, progress: Progress, asked: dict[str, Any]) -> str | None:
     path = (progress.result or {}).get("page_path") or asked.get("page_path")
     return f"{base}{path}" if path else None
 
 
-def _print_outcome(scenario: str, ask_id: str, result: dict[str, Any], page_url: str | None) -> None:
+def print_outcome(scenario: str, ask_id: str, result: dict[str, Any], page_url: str | None) -> None:
     console = out.output.console
     verdict = str(result.get("verdict") or "unknown")
     step = result.get("step")

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from reef_cli import evolve, exits, export, install, log, releases, report, review, scenario, status
+from reef_cli import evolve, exits, export, install, learn, log, releases, report, review, scenario, status
 from reef_cli import output as out
 from reef_cli.demo import demo
 from reef_cli.serve import serve
@@ -67,6 +67,7 @@ app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options"
 app.command("status")(status.status)
 app.add_typer(scenario.app, name="scenario")
 app.command("evolve")(evolve.evolve)
+app.command("learn")(learn.learn)
 app.command("releases")(releases.releases)
 app.command("promote")(releases.promote)
 app.command("reject")(releases.reject)

@@ -390,7 +390,16 @@ class ReefClient:
         )
         return self._call("POST", "/reef/train", json=body, scenario=scenario)
 
+    def learn(self, scenario: str) -> dict[str, Any]:
+        """A usage step now (reefine): ``{"scenario", "ticket", "progress_path"}``; follow the
+        ticket with :meth:`wait` like an ask."""
+        return dict(self._call("POST", f"/reef/scenarios/{self._name(scenario)}/learn", json={}))
+
     def progress(self, scenario: str, ask_id: str) -> Progress:
+        """Where an ask (``ask_…``) or a learn ticket (``learn_…``) stands."""
+        if ask_id.startswith("learn_"):
+            path = f"/reef/scenarios/{self._name(scenario)}/learn/{_segment(ask_id)}"
+            return Progress.from_json(self._call("GET", path))
         ask = str(parse_item_id(ask_id, field="ask"))
         body = self._call("GET", f"/reef/harness/requests/{ask}/progress", scenario=scenario)
         return Progress.from_json(body)

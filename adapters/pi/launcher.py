@@ -15,7 +15,8 @@ override the baked-in values; ``REEF_TOKEN`` is sent when set; ``REEF_HOME`` (de
 ``~/.reef``) holds the agent dirs; ``REEF_PI`` names the pi to run; ``REEF_PI_ONLINE=1`` (or
 ``reef-pi --online …``) leaves pi's startup network calls on.
 
-"The last run": each run of pi gets a fresh id in ``REEF_RUN_TAG``, which pi sends as the
+"The last run": each run of pi gets a fresh id in ``REEF_RUN_TAG`` (or ``REEF_SESSION``, when set:
+several runs under one name are one session to reef), which pi sends as the
 ``x-reef-tag-run`` header (the installed ``models.json`` names that variable), so every record of
 the run carries the tag ``run=<id>``.  The launcher notes the id and start time in
 ``last-run.json`` before it hands the process to pi; ``reef-pi report`` asks the daemon for the
@@ -56,6 +57,7 @@ __all__ = ["COMMANDS", "Layout", "main", "require_daemon", "versions_table"]
 COMMANDS = ("evolve", "versions", "update", "report", "doctor", "help")
 PI_VERSION = "0.73.1"  # adapters.pi.install pins the same one
 _RUN_TAG = "run"
+_SESSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLOCK_SLACK_MS = 10_000  # records of a run are searched from this long before it started
 _ASK_WIDTH = 60
 _OFFLINE = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
@@ -219,7 +221,9 @@ def _run_pi(ctx: _Context, args: list[str]) -> int:
             require_daemon(client)
     installed = _installed(ctx)
     pi = _pi_path(ctx, installed)
-    tag = uuid.uuid4().hex
+    tag = ctx.env.get("REEF_SESSION") or uuid.uuid4().hex
+    if not _SESSION.fullmatch(tag):
+        raise ReefError(f"REEF_SESSION {tag[:80]!r} must be 1-128 letters, digits, '.', '_', ':' or '-'")
     run_env = dict(ctx.env)
     if not online:
         for key, value in _OFFLINE.items():

@@ -30,10 +30,10 @@ moved (a rollback, another step) is rebuilt by re-applying it to the new tip.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -194,13 +194,12 @@ class ReefineRecipe(Recipe):
         self.sessions = usage.SessionIndex()
         self._book: usage.Ledger | None = None
         self._learn: deque[str] = deque()
-        self._tickets = itertools.count(1)
         self._trees: dict[str, HarnessTree | None] = {}
         #: what the recipe did between steps, for ``reef status`` (judge calls, their failures)
         self.stats: dict[str, Any] = {"judged": 0, "judge_failures": 0, "judge_seconds": []}
 
     def learn_now(self) -> str:
-        ticket = f"learn-{next(self._tickets)}"
+        ticket = f"learn_{uuid.uuid4().hex[:16]}"
         self._learn.append(ticket)
         return ticket
 

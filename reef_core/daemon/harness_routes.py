@@ -7,6 +7,8 @@
 | ``GET /reef/harness/requests/{id}/page`` | the step page once settled (a redirect), else a waiting page |
 | ``GET /reef/harness?release=`` | files, release and requirements of the served (or named) tree |
 | ``GET /reef/harness/releases/{n}/page`` | the HTML page of step ``n`` (or of release ``vN``) |
+| ``POST /reef/scenarios/{s}/learn`` | a usage step now (reefine), on whatever sessions are ready |
+| ``GET /reef/scenarios/{s}/learn/{ticket}`` | where that step stands: like an ask's progress |
 
 Pages are opened from a browser, so they take the scenario as ``?scenario=`` and, when reef
 has tokens, a page key (``?key=``) in place of the token.
@@ -27,6 +29,7 @@ from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.parsing import json_body, scenario_header, scenario_of_read
 from reef_core.errors import ConfigError, InvalidInput, NotFound
 from reef_core.ids import parse_item_id
+from reef_core.learning.recipe import Recipe
 from reef_core.release.pages import StepView, page_path, render_step_page, request_page_path
 from reef_core.store import Candidate, Release, ScenarioReader
 
@@ -85,6 +88,65 @@ def ask_progress(daemon: Daemon, name: str, ask_id: str) -> dict[str, Any]:
     if result is not None and result.get("step") is not None:
         result = {**result, "page_path": page_path(name, result["step"], tokens)}
     return {"id": ask_id, "scenario": name, "text": ask.data.get("text"), "state": state, "result": result}
+
+
+@routes.post("/reef/scenarios/{name}/learn")
+async def learn(request: web.Request) -> web.Response:
+    """Run a usage step now; 202 with a ticket to follow (``reef learn``)."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    daemon.scenarios.reader(name)  # an unknown scenario is a 404 before anything else
+    recipe = daemon.learners.recipe
+    if recipe.learn_now is Recipe.learn_now:
+        raise InvalidInput(
+            f"scenario {name} is served by the {recipe.name} recipe, which does not learn from usage: "
+            "start reef with --recipe.name reefine",
+            field="recipe",
+        )
+    async with daemon.scenarios.use(name):
+        ticket = daemon.learners.learn_now(name)
+    daemon.learners.notify(name)
+    return web.json_response(
+        {
+            "scenario": name,
+            "ticket": ticket,
+            "progress_path": f"/reef/scenarios/{name}/learn/{ticket}",
+        },
+        status=202,
+    )
+
+
+def learn_progress(daemon: Daemon, name: str, ticket: str) -> dict[str, Any]:
+    """Where a ``reef learn`` step stands; read back from its candidate after a restart."""
+    reader = daemon.scenarios.reader(name)
+    live = daemon.learners.progress(name, ticket)
+    if live is not None:
+        state, result = live["state"], live["result"]
+    else:
+        found = next(
+            (
+                c
+                for c in reversed(reader.releases.candidates())
+                if ticket in c.record.get("batch", {}).get("items", [])
+            ),
+            None,
+        )
+        if found is None:
+            if not daemon.learners.knows_ticket(name, ticket):
+                raise NotFound(f"no learn request {ticket} in scenario {name}", field="ticket")
+            state, result = "queued", None
+        else:
+            state, result = "settled", _result_of(reader, found)
+    if result is not None and result.get("step") is not None:
+        result = {**result, "page_path": page_path(name, result["step"], daemon.settings.reef.tokens)}
+    return {"id": ticket, "scenario": name, "state": state, "result": result}
+
+
+@routes.get("/reef/scenarios/{name}/learn/{ticket}")
+async def learn_state(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    name, ticket = request.match_info["name"], request.match_info["ticket"]
+    return web.json_response(await asyncio.to_thread(learn_progress, daemon, name, ticket))
 
 
 def _result_of(reader: ScenarioReader, candidate: Candidate) -> dict[str, Any]:

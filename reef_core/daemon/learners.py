@@ -20,6 +20,7 @@ class Learners:
         self.context = context
         self.budgets = Budgets.from_config(context.config)
         self.workers: dict[str, LearningWorker] = {}
+        self.tickets: dict[str, set[str]] = {}  # learn tickets handed out, per scenario
 
     @classmethod
     def from_settings(cls, name: str, implementation: str | None, context: RecipeContext) -> Learners:
@@ -44,6 +45,18 @@ class Learners:
         worker = self.workers.get(name)
         if worker is not None:
             worker.deliver(release)
+
+    def learn_now(self, name: str) -> str:
+        """A learning step now on ``name``'s worker (a usage step, for reefine); its ticket."""
+        worker = self.workers.get(name)
+        if worker is None:
+            return self.recipe.learn_now(self.recipe(self.context))  # says why it cannot
+        ticket = worker.recipe.learn_now()
+        self.tickets.setdefault(name, set()).add(ticket)
+        return ticket
+
+    def knows_ticket(self, name: str, ticket: str) -> bool:
+        return ticket in self.tickets.get(name, set())
 
     def progress(self, name: str, item_id: str) -> dict[str, Any] | None:
         """What this process's worker knows of an item it took (None: not taken since start)."""

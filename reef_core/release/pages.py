@@ -102,6 +102,72 @@ def _checks_html(record: Mapping[str, Any]) -> str:
     return f"<table><tr><th>check</th><th>result</th><th>detail</th></tr>{rows}</table>"
 
 
+def _learned_html(record: Mapping[str, Any]) -> str:
+    """A usage step: the sessions, lessons and edits (``usage``), and the replay table."""
+    used = record.get("usage")
+    parts = []
+    if isinstance(used, Mapping):
+        rows = "".join(
+            f"<tr><td>{_e(x.get('session'))}</td><td>{_e(x.get('score'))}</td><td>{_e(x.get('scored_by'))}</td></tr>"
+            for x in used.get("sessions") or []
+        )
+        parts.append(
+            f"<h2>Sessions learned from</h2><p>{_e(used.get('held_out_sessions', 0))} held-out session(s) "
+            "are never learned from.</p><table><tr><th>session</th><th>score</th><th>scored by</th></tr>"
+            f"{rows}</table>"
+        )
+        lessons = "".join(
+            f"<li>{_e(x.get('instead'))}"
+            + (f" <em>(dropped: {_e(x['dropped'])})</em>" if x.get("dropped") else "")
+            + "<ul>"
+            + "".join(
+                f"<li>{_e(q.get('source'))}: “{_e(q.get('quote'))}”</li>" for q in x.get("evidence") or []
+            )
+            + "</ul></li>"
+            for x in used.get("lessons") or []
+        )
+        parts.append(f"<h2>Lessons</h2><ol start=0>{lessons or '<li>none</li>'}</ol>")
+        edits = "".join(
+            f"<tr><td>{_e(x.get('op'))} {_e(x.get('target'))} {_e(x.get('id') or x.get('name') or '')}</td>"
+            f"<td>{_e(x.get('text', ''))}</td><td>{_e(x.get('why', ''))}</td></tr>"
+            for x in used.get("edits") or []
+        )
+        if edits:
+            parts.append(
+                f"<h2>Edits</h2><table><tr><th>edit</th><th>text</th><th>why</th></tr>{edits}</table>"
+            )
+        held = "".join(
+            f"<li>{_e(x.get('text') or x.get('id'))}: {_e('; '.join(x.get('why_held') or []))}<ul>"
+            + "".join(
+                f"<li>{_e(q.get('source'))}: “{_e(q.get('quote'))}”</li>" for q in x.get("evidence") or []
+            )
+            + "</ul></li>"
+            for x in used.get("held_for_a_person") or []
+        )
+        if held:
+            parts.append(f"<h2>Waiting for a person</h2><ul>{held}</ul>")
+        if used.get("why"):
+            parts.append(f"<p>The curator: {_e(used['why'])}</p>")
+    replay = next((c for c in record.get("checks") or [] if c.get("name") == "replay"), None)
+    table = (replay or {}).get("data", {}).get("table") if isinstance(replay, Mapping) else None
+    if table:
+        rows = "".join(
+            f"<tr><td>{_e(x.get('session'))}<br>{_e(x.get('task'))}</td><td>{_e(x.get('current'))}</td>"
+            f"<td>{_e(x.get('candidate'))}</td><td>"
+            + "<br>".join(
+                f"{_e(v.get('order'))}: {_e(v.get('prefers'))} ({_e(v.get('reason'))})"
+                for v in x.get("verdicts") or []
+            )
+            + f"</td><td>{_e(x.get('result'))}</td></tr>"
+            for x in table
+        )
+        parts.append(
+            "<h2>Replay on held-out sessions</h2><table><tr><th>task</th><th>current</th><th>candidate</th>"
+            f"<th>verdicts</th><th>result</th></tr>{rows}</table>"
+        )
+    return "\n".join(parts)
+
+
 def _usage_html(view: StepView) -> str:
     s = _e(view.scenario)
     if view.status == "selected" and view.release_name:
@@ -113,8 +179,13 @@ def _usage_html(view: StepView) -> str:
             f"Undo with <code>reef rollback {s} &lt;earlier release&gt;</code>.</p>"
         )
     if view.status == "pending":
+        what = (
+            "This change holds a lesson a person must see first (see Waiting for a person)"
+            if view.record.get("learned_from") == "usage"
+            else "This change adds or changes extension code"
+        )
         return (
-            f"<p>This change adds or changes extension code, so a person must approve it: "
+            f"<p>{what}, so a person must approve it: "
             f"<code>reef promote {s} c{view.step}</code> (or <code>reef review {s}</code>), or turn it "
             f"down with <code>reef reject {s} c{view.step}</code>.</p>"
         )
@@ -141,8 +212,9 @@ def render_step_page(view: StepView) -> str:
 <body>
 <h1>{_e(view.scenario)}: step {view.step} <span class="badge {_e(badge_class)}">{_e(view.status)}</span></h1>
 <p>Built on {_e(view.base_name or "an empty harness")}{became}. Verdict: {_e(view.verdict)}</p>
-<h2>Why: the ask</h2>
+<h2>Why: {"what the sessions taught" if record.get("learned_from") == "usage" else "the ask"}</h2>
 <blockquote>{_e(view.ask or "(no ask: this step learned from records)")}</blockquote>
+{_learned_html(record)}
 <h2>The design</h2>
 <p>{_e(design) if design else "(the proposer gave no design)"}</p>
 {review_html}

@@ -51,7 +51,7 @@ RELEASE_REF = "refs/heads/release"
 CANDIDATES_PREFIX = "refs/reef/candidates/"
 PENDING_PREFIX = "refs/reef/pending/"
 REJECTED_PREFIX = "refs/reef/rejected/"
-OPERATIONS = ("creation", "evolve", "training", "rollback", "promote")
+OPERATIONS = ("creation", "evolve", "learn", "training", "rollback", "promote")
 
 _LOCK_WAIT_S = 2.0
 _MAX_APPROVER = 200
