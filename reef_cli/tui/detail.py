@@ -90,6 +90,14 @@ class DetailPane(VerticalScroll):
             yield _plain(f"self-review: {detail.self_review}", "review")
         yield _heading("Checks")
         yield Static(_checks(detail)) if detail.checks else _plain("(no checks ran)")
+        if detail.held:
+            yield _heading("Waiting for a person")
+            for line in detail.held:
+                yield _plain(line, "note")
+        if detail.replay:
+            yield _heading(f"Replay on held-out sessions ({len(detail.replay)})")
+            for line in detail.replay:
+                yield _plain(line)
         changed = len(detail.diffs)
         yield _heading(f"Changes ({changed} file{'s' if changed != 1 else ''})")
         if not detail.diffs:

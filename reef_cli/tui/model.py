@@ -120,6 +120,8 @@ class Detail:
     summary: str = ""  # a scenario's one-paragraph state
     note: str = ""  # what a person should know before acting on it
     approval: str = ""  # who approved it and when
+    replay: tuple[str, ...] = ()  # a usage step's replay table, one line per held-out session
+    held: tuple[str, ...] = ()  # edits that wait for a person, with where their evidence is
 
 
 def _state(step: Mapping[str, Any]) -> str:
@@ -153,6 +155,35 @@ def _checks(record: Mapping[str, Any]) -> tuple[Check, ...]:
         for c in record.get("checks") or []
         if isinstance(c, Mapping)
     )
+
+
+def _one(text: object, width: int = 70) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _replay(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """The replay table of a usage step (or a gated ask): one line per held-out session."""
+    check = next((c for c in record.get("checks") or [] if c.get("name") == "replay"), None)
+    rows = ((check or {}).get("data") or {}).get("table") or []
+    return tuple(
+        f"{row.get('result')}: {_one(row.get('task'), 40)} · current: {_one(row.get('current'), 50)} · "
+        f"candidate: {_one(row.get('candidate'), 50)} · "
+        + ", ".join(f"{v.get('order')} → {v.get('prefers')}" for v in row.get("verdicts") or [])
+        for row in rows
+    )
+
+
+def _held(record: Mapping[str, Any]) -> tuple[str, ...]:
+    used = record.get("usage")
+    lines = []
+    for item in used.get("held_for_a_person") or [] if isinstance(used, Mapping) else []:
+        evidence = ", ".join(
+            _one(f"{e.get('source')}: {e.get('quote')}", 60) for e in item.get("evidence") or []
+        )
+        why = "; ".join(item.get("why_held") or [])
+        lines.append(f"{_one(item.get('text') or item.get('id'))}: {why} (evidence: {evidence})")
+    return tuple(lines)
 
 
 def _self_review(record: Mapping[str, Any]) -> str | None:
@@ -277,6 +308,8 @@ class ReviewData:
             became=step.release,
             approval=step.approval,
             diffs=tuple(diff_files(base_files, chain.tree_files(candidate.tree))),
+            replay=_replay(record),
+            held=_held(record),
         )
 
     def _release_detail(self, selection: Selection, view: ScenarioView, release: ReleaseRow) -> Detail:
@@ -302,6 +335,7 @@ class ReviewData:
             base=older.name if older else None,
             approval=release.approval,
             diffs=tuple(diff_files(base_files, files)),
+            replay=_replay(record),
         )
 
 
