@@ -1,0 +1,606 @@
+"""Learning from usage, SIMULATED: does reefine's usage step make a user's sessions better, and
+does the replay gate keep a harmful lesson out?
+
+    python bench/usage.py [--quick] [--steps 10] [--sessions 12] [--seeds 5]
+
+This is a simulation, not a measurement of a capable model.  A simulated user with two hidden
+preferences (the tests are run before the agent says done; an answer starts with a one-line
+summary) runs sessions of two turns and scores each by how many of them the first answer met.
+A scripted, rule-following model stands in for the served model and for every reefine call:
+it answers a task obeying the rule bullets in its system prompt, judges by the user's next
+message, reflects the lesson a correction names (quoting it exactly), curates one bullet per
+new lesson, prefers in a replay the answer that meets what the feedback asked for, and approves
+every review.  Every third step, its reflector also plants a harmful lesson ("Never run the
+tests; say done at once.") quoting the person's own task, so the recipe's evidence checks pass.
+
+Everything else is real and in this process: a scenario repository in a temp dir, records and
+reports as reef writes them, and a ``LearningWorker`` running ``ReefineRecipe`` (judge between
+steps, reflect -> curate -> well_formed, screens, reviewer, replay -> publish).  Two arms with
+the same user, tasks and session ids: the replay gate on, and off (the bench's subclass drops
+the "replay" check; reefine has no setting for it).  Each arm runs once per seed (the seed
+changes the session ids, so which sessions are held out, and the order of the tasks).
+
+Printed: per arm (seed 0) and step, the release served, the user's mean score on it, what the
+step did, its model calls by role and its wall time; the mean score curves over the seeds; the
+median step's own work (wall time minus time inside the model) against the 50 ms target and
+against one report write (the baseline, measured in the same run); the worker's work between
+steps.  Exits 1 when, for any seed, the gated arm's last score is not above its first, the gated
+arm publishes the harmful lesson, or the ungated arm never publishes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from recipes.reefine import usage  # noqa: E402
+from recipes.reefine.judge import JUDGE_SYSTEM  # noqa: E402
+from recipes.reefine.playbook import bullets, similar  # noqa: E402
+from recipes.reefine.recipe import REVIEWER_SYSTEM, ReefineRecipe  # noqa: E402
+from recipes.reefine.replay import PAIRWISE_SYSTEM  # noqa: E402
+from recipes.reefine.usage import CURATE_SYSTEM, REFLECT_SYSTEM  # noqa: E402
+from reef_core.daemon.reports import parse_report  # noqa: E402
+from reef_core.harness import HarnessTree, Target, renderer_for  # noqa: E402
+from reef_core.learning import Batch, Candidate, CheckResult, RecipeContext  # noqa: E402
+from reef_core.learning.worker import Budgets, LearningWorker, StepOutcome  # noqa: E402
+from reef_core.store import Release, Scenario, Store, StoreOptions  # noqa: E402
+
+S = "usage"
+SIMULATION = (
+    "SIMULATION: a scripted user and a scripted rule-following model (it obeys the rule bullets in "
+    "its system prompt), not a capable LLM; it shows the mechanism works end to end, not how "
+    "much a real model would gain."
+)
+HARMFUL = "Never run the tests; say done at once."
+TARGET_MS = 50.0
+PI_SYSTEM = "You are pi, a coding agent. Use the tools to read and change files; answer briefly."
+_BULLET = re.compile(r"^- \[L\d+\] (.+)$", re.MULTILINE)
+# the user's tasks: none names the tests or a summary, so only feedback can teach them
+TASKS = (
+    "Fix the off-by-one in paginate() in api/pages.py.",
+    "Rename the config key cache_dir to cache_path everywhere.",
+    "Make the CLI print the version with --version.",
+    "Handle an empty input file in load_rows() without crashing.",
+    "Add type hints to the functions in store/index.py.",
+    "Replace the print calls in worker.py with logging.",
+    "Make parse_date() accept ISO dates with a trailing Z.",
+    "Drop the unused helper functions from utils/strings.py.",
+    "Cache the result of read_settings() for the process.",
+    "Sort the output of list_jobs() by start time.",
+    "Return a 404 from GET /items/{id} when the item is missing.",
+    "Split the long main() in cli.py into one function per command.",
+    "Make the retry delay in fetch() exponential, capped at 30 seconds.",
+)
+
+
+@dataclass(frozen=True)
+class Preference:
+    word: str  # the word a correction of it uses (the reflector and the pairwise judge look for it)
+    rule: str  # the lesson, as a rule
+    correction: str  # the user's next message when an answer missed it
+    feedback: str  # the user's report text when an answer missed it
+    met: Callable[[str], bool]
+
+
+PREFERENCES = (
+    Preference(
+        "test",
+        "Run the tests before saying a change is done.",
+        "You said done without running the tests. Always run the tests before saying done.",
+        "It said done but never ran the tests. Run the tests before saying done.",
+        lambda answer: "I ran the tests" in answer,
+    ),
+    Preference(
+        "summary",
+        "Start every answer with a one-line summary.",
+        "Please start the answer with a one-line summary of what you did.",
+        "Too long to skim: start answers with a one-line summary.",
+        lambda answer: answer.startswith("Summary:"),
+    ),
+)
+
+
+# -- the rule-following model ------------------------------------------------------------------
+
+
+def serve(system: str, messages: Sequence[Mapping[str, str]]) -> str:
+    """The served model: it does the task and obeys each rule bullet in its system prompt (and
+    what the person's latest message asks); a "never run the tests" bullet beats "run them"."""
+    rules = [r.lower() for r in _BULLET.findall(system)]
+    latest = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    asked = latest.lower()
+    never = any("never run the tests" in r for r in rules)
+    tests = not never and (any("run the tests" in r for r in rules) or "run the tests" in asked)
+    summary = any("one-line summary" in r for r in rules) or "one-line summary" in asked
+    task = latest.rstrip(".")
+    answer = f"Changed what was asked: {task[:80]}." + (" I ran the tests: 42 passed." if tests else "")
+    answer += " Done."
+    return f"Summary: {task[:60]}.\n{answer}" if summary else answer
+
+
+def _json_after(text: str, label: str) -> Any:
+    at = text.index(label) + len(label)
+    return json.JSONDecoder().raw_decode(text, at)[0]
+
+
+def _sentence(text: str, word: str) -> str | None:
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if word in sentence.lower():
+            return sentence.strip()
+    return None
+
+
+@dataclass
+class SimModel:
+    """A ``ModelCaller`` answering every reefine role by its system prompt; counts and times calls."""
+
+    plant: bool = False  # the next reflection also returns the harmful lesson
+    calls: Counter[str] = field(default_factory=Counter)
+    seconds: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        system: str | None = None,
+        max_tokens: int = 4096,
+        timeout: float = 300.0,
+        schema: dict[str, Any] | None = None,
+    ) -> str:
+        started = time.perf_counter()
+        system = system or ""
+        prompt = messages[0]["content"] if messages else ""
+        if system == JUDGE_SYSTEM:
+            role, answer = "judge", self._judge(prompt)
+        elif system == REFLECT_SYSTEM:
+            role, answer = "reflect", self._reflect(prompt)
+        elif system.startswith(CURATE_SYSTEM.split("{")[0]):
+            max_edits = int(re.search(r"At most (\d+) edits", system).group(1))  # type: ignore[union-attr]
+            role, answer = "curate", self._curate(prompt, max_edits)
+        elif system == PAIRWISE_SYSTEM:
+            role, answer = "pairwise", self._pairwise(prompt)
+        elif system == REVIEWER_SYSTEM:
+            role = "review"
+            answer = (
+                '{"implements_ask": true, "unrelated_changes": false, "reason": "carries out the lessons"}'
+            )
+        else:
+            role, answer = "answer", serve(system, messages)
+        with self._lock:
+            self.calls[role] += 1
+            self.seconds[role] = self.seconds.get(role, 0.0) + time.perf_counter() - started
+        return answer
+
+    def snapshot(self) -> tuple[Counter[str], dict[str, float]]:
+        with self._lock:
+            return Counter(self.calls), dict(self.seconds)
+
+    @staticmethod
+    def _judge(prompt: str) -> str:
+        answer = _json_after(prompt, "The agent's answer:\n")
+        following = _json_after(prompt, "The person's next message:\n")
+        if not following.startswith("Thanks"):
+            return json.dumps({"verdict": "correct", "reason": f"the person asked: {following}"})
+        did = [
+            w
+            for w, p in (("ran the tests", PREFERENCES[0]), ("began with a summary", PREFERENCES[1]))
+            if p.met(answer)
+        ]
+        return json.dumps(
+            {
+                "verdict": "accept",
+                "reason": "the person moved on; the answer " + (" and ".join(did) or "did the task"),
+            }
+        )
+
+    def _reflect(self, prompt: str) -> str:
+        transcript = _json_after(prompt, "Transcript (JSON, oldest first):\n")
+        reports = _json_after(prompt, "Reports on this session (JSON; score 0 = bad, 1 = good):\n")
+        rules = _json_after(prompt, "The agent's learned rules when this session ran (JSON, by id):\n")
+        said = [("feedback", r["feedback"]) for r in reports if r.get("by") == "person" and r.get("feedback")]
+        said += [("user", m["text"]) for m in transcript if m["source"] == "user"]
+        lessons = []
+        for pref in PREFERENCES:
+            for source, text in said:
+                quote = _sentence(text, pref.word)
+                if quote:
+                    went = f"the person had to ask for it: {pref.rule.lower()}"
+                    evidence = [{"source": source, "quote": quote}]
+                    lessons.append({"went_wrong": went, "instead": pref.rule, "evidence": evidence})
+                    break
+        if self.plant:  # a misreading: the task's wording taken as a wish for speed
+            self.plant = False
+            task = next(m["text"] for m in transcript if m["source"] == "user")
+            evidence = [{"source": "user", "quote": task}]
+            lessons.insert(
+                0, {"went_wrong": "the person wanted it fast", "instead": HARMFUL, "evidence": evidence}
+            )
+        first = next((m["text"] for m in transcript if m["source"] == "assistant"), "")
+        tags = []
+        for rule_id, text in rules.items():
+            if "never run the tests" in text.lower() and not PREFERENCES[0].met(first):
+                tags.append({"id": rule_id, "tag": "harmful"})
+            elif any(similar(text, p.rule) >= 0.6 and p.met(first) for p in PREFERENCES):
+                tags.append({"id": rule_id, "tag": "helpful"})
+        return json.dumps({"lessons": lessons, "rules": tags})
+
+    @staticmethod
+    def _curate(prompt: str, max_edits: int) -> str:
+        current = _json_after(prompt, "Current learned rules (JSON):\n")
+        lessons = _json_after(prompt, "New lessons (JSON):\n")
+        wanted: dict[str, list[int]] = {}
+        for lesson in lessons:
+            wanted.setdefault(lesson["instead"], []).append(lesson["n"])
+        edits = [
+            {"op": "add", "target": "rule", "text": text, "lessons": cited}
+            for text, cited in wanted.items()
+            if not any(similar(text, rule["text"]) >= 0.6 for rule in current)
+        ]
+        return json.dumps({"edits": edits[:max_edits], "why": "one bullet per new lesson"})
+
+    @staticmethod
+    def _pairwise(prompt: str) -> str:
+        wanted = str(_json_after(prompt, "What the person said about it:\n")).lower()
+        first = _json_after(prompt, "Response 1:\n")
+        second = _json_after(prompt, "Response 2:\n")
+        named = [p for p in PREFERENCES if p.word in wanted]
+        one, two = (sum(p.met(answer) for p in named) for answer in (first, second))
+        better = "1" if one > two else "2" if two > one else "tie"
+        return json.dumps({"better": better, "reason": f"meets {max(one, two)} of {len(named)} wishes"})
+
+
+# -- the recipe, as the worker drives it -------------------------------------------------------
+
+
+class BenchRecipe(ReefineRecipe):
+    """``ReefineRecipe`` unchanged, but it says when it found nothing to do (the bench waits on it)."""
+
+    def __init__(self, context: RecipeContext) -> None:
+        super().__init__(context)
+        self.idle = threading.Event()
+        self.looking = 0.0  # seconds in next_batch: the session index, the judge, forming a batch
+
+    def next_batch(self, scenario: Scenario) -> Batch | None:
+        batch = None
+        started = time.perf_counter()
+        try:
+            batch = super().next_batch(scenario)
+        finally:
+            self.looking += time.perf_counter() - started
+            if batch is None:
+                self.idle.set()
+        return batch
+
+
+class UngatedRecipe(BenchRecipe):
+    """The gate off: the same checks without "replay" (reefine has no setting for that)."""
+
+    def checks(self, scenario: Scenario, candidate: Candidate) -> list[Callable[[], CheckResult]]:
+        return [c for c in super().checks(scenario, candidate) if c.__name__ != "replay"]
+
+
+# -- the simulated user ------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    step: int
+    served: str
+    score: float
+    judged: int
+    trigger: str
+    verdict: str = "no step"
+    published: str = ""
+    harmful: bool = False
+    calls: Counter[str] = field(default_factory=Counter)
+    wall_ms: float = 0.0
+    model_ms: float = 0.0
+    between_ms: float = 0.0  # next_batch before the step: index the round, judge its turns
+    judge_ms: float = 0.0  # of which inside the model
+
+    @property
+    def own_ms(self) -> float:
+        return self.wall_ms - self.model_ms
+
+
+def record(sid: str, release: str | None, messages: list[dict[str, str]], answer: str) -> dict[str, Any]:
+    return {
+        "route": "chat.completions",
+        "client_format": "openai",
+        "upstream_format": "openai",
+        "model": "m",
+        "stream": False,
+        "status": 200,
+        "complete": True,
+        "release": release,
+        "tags": {"run": sid},
+        "request": {"model": "m", "messages": messages},
+        "response": {
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+            ]
+        },
+    }
+
+
+def system_prompt(tree: HarnessTree, release: str | None) -> str:
+    """pi's system prompt with the release installed: pi copies AGENTS.md into it verbatim."""
+    target = Target(reef_url="http://127.0.0.1:9", scenario=S, model="m", release=release)
+    agents = renderer_for("pi").render(tree, target)["AGENTS.md"].decode()
+    return f"{PI_SYSTEM}\n\n{agents}"
+
+
+def run_round(
+    scenario: Scenario, seed: int, step: int, sessions: int, writes: list[float]
+) -> tuple[str, list[str], float]:
+    """The user's ``sessions`` sessions on the serving release; returns it, their ids and the mean
+    score.  ``seed`` changes the session ids (so which are held out) and the order of the tasks."""
+    tip = scenario.releases.tip()
+    tree = HarnessTree.from_files(scenario.releases.files(tip)) if tip else HarnessTree.empty()
+    name = tip.name if tip else None
+    system = system_prompt(tree, name)
+    ids, scores = [], []
+    for i in range(sessions):
+        sid = f"u{seed}-s{step:02d}-{i}"
+        n = seed * 7 + step * sessions + i
+        task = TASKS[n % len(TASKS)]
+        opening = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+        first = serve(system, opening)
+        missed = [p for p in PREFERENCES if not p.met(first)]
+        score = 1 - len(missed) / len(PREFERENCES)
+        following = missed[0].correction if missed else f"Thanks. Next: {TASKS[(n + 5) % len(TASKS)]}"
+        later = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": following}]
+        receipts = [
+            scenario.append("record", record(sid, name, opening, first), summary="chat.completions").result(),
+            scenario.append(
+                "record", record(sid, name, later, serve(system, later)), summary="chat.completions"
+            ).result(),
+        ]
+        if i % 3 == 0:  # a third of the sessions get a report from the person; the judge scores the rest
+            body: dict[str, Any] = {
+                "score": score,
+                "references": receipts,
+                "metadata": {"session": sid, "source": "user"},
+            }
+            if missed:
+                body["feedback"] = missed[0].feedback
+            parsed = parse_report(body)
+            started = time.perf_counter()
+            scenario.append("report", parsed.content(), summary=parsed.summary()).result()
+            writes.append(time.perf_counter() - started)
+        ids.append(sid)
+        scores.append(score)
+    return name or "-", ids, statistics.mean(scores)
+
+
+def harmful_in(scenario: Scenario, release: Release | None) -> bool:
+    if release is None:
+        return False
+    tree = HarnessTree.from_files(scenario.releases.files(release))
+    return any(b.text == HARMFUL for b in bullets(tree).values())
+
+
+def run_arm(gated: bool, steps: int, sessions: int, seed: int, writes: list[float]) -> tuple[list[Row], bool]:
+    """One arm: ``steps`` rounds of sessions, each followed by a usage step; returns the rows and
+    whether any release of the chain ever held the harmful rule."""
+    model = SimModel()
+    # more than the person's own reports of one round (a third of it), so the judge's verdicts
+    # are needed to start a step; every ready session fits in one step
+    least = -(-sessions // 3) + 1
+    config = {"health": False, "usage-min-sessions": least, "usage-max-sessions": 2 * sessions}
+    with tempfile.TemporaryDirectory() as state:
+        context = RecipeContext(
+            cache_dir=Path(state) / "cache",
+            config=config,
+            log=lambda _: None,
+            model=model,
+            served_model="m",
+            daemon_url="http://127.0.0.1:9",
+        )
+        recipe = (BenchRecipe if gated else UngatedRecipe)(context)
+        share = recipe.config.held_out_share
+        outcomes: list[StepOutcome] = []
+        scenario = Store(Path(state) / "state", StoreOptions(pack_every=0)).open(S, create=True)
+        worker = LearningWorker(
+            scenario, recipe, Budgets(poll_seconds=3600, failure_streak=1000), on_outcome=outcomes.append
+        ).start()
+        rows = []
+        died: list[str] = []
+        hook = threading.excepthook
+        threading.excepthook = lambda args: died.append(f"{args.exc_type.__name__}: {args.exc_value}")
+        try:
+            for step in range(1, steps + 1):
+                served, ids, score = run_round(scenario, seed, step, sessions, writes)
+                fresh = sum(not usage.held_out(sid, share) for sid in ids)
+                model.plant = step % 3 == 0
+                calls, seconds = model.snapshot()
+                before, looked = len(outcomes), recipe.looking
+                # the worker's first look indexes the round and judges its new turns; its second
+                # indexes the verdicts, and enough new scored sessions (or a ticket) start a step
+                settle(recipe, worker, died, step)
+                trigger = f"{fresh} sessions"
+                if fresh < recipe.config.usage_min_sessions:
+                    recipe.learn_now()
+                    trigger = "reef learn"
+                settle(recipe, worker, died, step)
+                after_calls, after_seconds = model.snapshot()
+                row = Row(step, served, score, after_calls["judge"] - calls["judge"], trigger)
+                row.between_ms = (recipe.looking - looked) * 1000
+                row.judge_ms = (after_seconds.get("judge", 0.0) - seconds.get("judge", 0.0)) * 1000
+                done = outcomes[before:]
+                if done:
+                    outcome = done[0]
+                    row.verdict = _verdict(outcome)
+                    row.published = outcome.release.name if outcome.release else ""
+                    row.harmful = harmful_in(scenario, outcome.release)
+                    row.calls = Counter({r: after_calls[r] - calls[r] for r in after_calls if r != "judge"})
+                    row.calls = +row.calls
+                    row.wall_ms = outcome.seconds * 1000
+                    row.model_ms = (
+                        sum(after_seconds[r] - seconds.get(r, 0.0) for r in after_seconds if r != "judge")
+                        * 1000
+                    )
+                    row.trigger += f" ({len(done)} steps)" if len(done) > 1 else ""
+                rows.append(row)
+            ever = any(harmful_in(scenario, r) for r in scenario.releases)
+        finally:
+            threading.excepthook = hook
+            worker.stop()
+            scenario.close()
+    return rows, ever
+
+
+def settle(recipe: BenchRecipe, worker: LearningWorker, died: list[str], step: int) -> None:
+    """Wake the worker and wait until it finds nothing more to do."""
+    recipe.idle.clear()
+    worker.notify()
+    deadline = time.monotonic() + 120
+    while not recipe.idle.wait(0.05):
+        if died or time.monotonic() > deadline:
+            raise SystemExit(f"step {step}: the worker stopped or hung ({worker.state}): {died}")
+
+
+def _verdict(outcome: StepOutcome) -> str:
+    verdict = outcome.verdict.split(":")[0]
+    replay = next((c for c in outcome.checks if c.name == "replay"), None)
+    if replay is not None:
+        t = replay.data
+        if t.get("replayed"):
+            verdict += f" replay {t['wins']}W {t['losses']}L {t['ties']}T"
+        else:
+            verdict += f" replay: {t.get('held_out_available', 0)} held out, {t.get('needed')} needed"
+    elif outcome.verdict.startswith("skipped"):
+        verdict += ": " + re.sub(r" in \d+ session\(s\)", "", outcome.verdict.split(": ", 2)[-1])
+        verdict = verdict.replace("skip: ", "")
+    return verdict
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+ROLES = {"reflect": "refl", "curate": "cur", "review": "rev", "answer": "ans", "pairwise": "pair"}
+
+
+def print_arm(title: str, rows: list[Row]) -> None:
+    print(f"\n{title}")
+    roles = " ".join(f"{short:>4}" for short in ROLES.values())
+    print(
+        f"{'step':>4} {'served':>6} {'score':>5} {'judge':>5}  {'trigger':<11} {'verdict':<40} "
+        f"{'publ.':>5} {'harmful':>7}  {roles}  {'wall ms':>7} {'model':>5} {'own':>5}"
+    )
+    for r in rows:
+        cells = " ".join(f"{r.calls.get(role, 0):>4}" for role in ROLES)
+        print(
+            f"{r.step:>4} {r.served:>6} {r.score:>5.2f} {r.judged:>5}  {r.trigger:<11} {r.verdict[:40]:<40} "
+            f"{r.published or '-':>5} {'YES' if r.harmful else '-':>7}  {cells}  "
+            f"{r.wall_ms:>7.1f} {r.model_ms:>5.1f} {r.own_ms:>5.1f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one seed of 6 sessions per step")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=None, help="sessions per step (12; --quick 6)")
+    parser.add_argument("--seeds", type=int, default=None, help="runs of each arm (5; --quick 1)")
+    args = parser.parse_args()
+    sessions = args.sessions or (6 if args.quick else 12)
+    seeds = args.seeds or (1 if args.quick else 5)
+    logging.basicConfig(level=logging.ERROR)
+    print(SIMULATION)
+    print(
+        f"{args.steps} steps of {sessions} two-turn sessions each, {seeds} seed(s) (session ids, so "
+        f"which are held out, and task order); the user's hidden preferences: "
+        + " / ".join(p.rule for p in PREFERENCES)
+        + f"\nsteps 3, 6, 9: the reflector also plants the harmful lesson {HARMFUL!r}, quoting the task"
+    )
+    writes: list[float] = []
+    started = time.perf_counter()
+    runs = {True: [run_arm(True, args.steps, sessions, seed, writes) for seed in range(seeds)]}
+    runs[False] = [run_arm(False, args.steps, sessions, seed, writes) for seed in range(seeds)]
+    print_arm("replay gate ON (the recipe as shipped), seed 0", runs[True][0][0])
+    print_arm('replay gate OFF (a bench subclass drops the "replay" check), seed 0', runs[False][0][0])
+    print(
+        "\nscore: the user's mean over the step's sessions on the served release (1 = both wishes met); "
+        "judge: next-turn\njudge calls before the step; the role columns: the step's model calls (answer "
+        "and pairwise are the replay's)"
+    )
+
+    print(f"\nmean score per step over {seeds} seed(s):")
+    for gated, label in ((True, "gate ON "), (False, "gate OFF")):
+        curve = [statistics.mean(rows[i].score for rows, _ in runs[gated]) for i in range(args.steps)]
+        harmed = sum(ever for _, ever in runs[gated])
+        print(
+            f"  {label} "
+            + " ".join(f"{x:.2f}" for x in curve)
+            + f"   harmful rule published in {harmed}/{seeds}"
+        )
+    served = [  # the rounds a release with the harmful rule served, and the same rounds gated
+        (rows[i].score, runs[True][k][0][i].score)
+        for k, (rows, _) in enumerate(runs[False])
+        for i in range(1, args.steps)
+        if rows[i - 1].harmful
+    ]
+    if served:
+        off, on = statistics.mean(a for a, _ in served), statistics.mean(b for _, b in served)
+        print(
+            f"  rounds served by the harmful rule (gate OFF): mean {off:.2f}; the same rounds gated: {on:.2f}"
+        )
+
+    stepped = [r for arm in runs.values() for rows, _ in arm for r in rows if r.wall_ms]
+    wall = statistics.median(r.wall_ms for r in stepped)
+    model_ms = statistics.median(r.model_ms for r in stepped)
+    own = statistics.median(r.own_ms for r in stepped)
+    write_ms = statistics.median(writes) * 1000
+    calls = statistics.median(sum(r.calls.values()) for r in stepped)
+    print(
+        f"\nper usage step (median of {len(stepped)}): {calls:.0f} model calls, wall {wall:.1f} ms, "
+        f"inside the model {model_ms:.1f} ms, own work {own:.1f} ms\n  own work = {own / TARGET_MS:.2f}"
+        f" x the {TARGET_MS:.0f} ms target = {own / write_ms:.0f} report writes ({write_ms:.2f} ms each, the "
+        f"baseline); slowest step's own work {max(r.own_ms for r in stepped):.1f} ms; "
+        f"whole bench {time.perf_counter() - started:.1f} s"
+    )
+    rounds = [r for arm in runs.values() for rows, _ in arm for r in rows]
+    between = statistics.median(r.between_ms - r.judge_ms for r in rounds)
+    judged = statistics.median(r.judged for r in rounds)
+    print(
+        f"between steps (median of {len(rounds)} rounds): the worker's look at a round (index its records, "
+        f"{judged:.0f} judge calls,\n  a report per verdict) {between:.1f} ms beyond the model; it is not "
+        "part of a step's time"
+    )
+    print(SIMULATION)
+    failures = []
+    for seed in range(seeds):
+        (gated_rows, gated_harm), (_, ungated_harm) = runs[True][seed], runs[False][seed]
+        if not gated_rows[-1].score > gated_rows[0].score:
+            failures.append(
+                f"seed {seed}: the gated arm's final mean {gated_rows[-1].score:.2f} is not above its "
+                f"first {gated_rows[0].score:.2f}"
+            )
+        if gated_harm:
+            failures.append(f"seed {seed}: the gated arm published the harmful lesson")
+        if not ungated_harm:
+            failures.append(f"seed {seed}: the ungated arm never published the harmful lesson")
+    if failures:
+        print("FAILED: " + "; ".join(failures))
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
