@@ -18,10 +18,10 @@ from reef_cli import output as out
 from reef_cli.interrupt import until_interrupted
 from reef_cli.output import JsonOption
 from reef_cli.sources import ScenarioArgument, UrlOption, connect
-from reef_core.client import Progress
+from reef_core.client import Progress, ReefClient
 from reef_core.errors import InvalidInput, ReefError
 
-__all__ = ["SAYS", "evolve", "page_url", "print_outcome"]
+__all__ = ["SAYS", "evolve", "follow", "page_url", "print_outcome"]
 
 _MAX_TEXT = 4000
 SAYS = {
@@ -58,18 +58,25 @@ def evolve(
                 if asked.get("page_path"):
                     out.output.console.print(f"page: {client.url}{asked['page_path']}", highlight=False)
             return
-        started = time.monotonic()
-        waiting = out.output.errors.status(f"{ask_id}: {SAYS['queued']}…")
-        with until_interrupted() as stop, waiting as spinner:
+        follow(client, scenario, ask_id, asked, timeout=timeout, as_json=as_json)
 
-            def show(progress: Progress) -> None:
-                says = SAYS.get(progress.state, progress.state)
-                spinner.update(f"{ask_id}: {says}… {time.monotonic() - started:.0f}s")
 
-            progress = client.wait(scenario, ask_id, timeout=timeout, on_progress=show, stop=stop)
-        if stop.is_set() and not progress.settled:  # the person stopped waiting, not the ask
-            raise ReefError(f"stopped waiting; {ask_id} goes on in the daemon (see reef releases {scenario})")
-        link = page_url(client.url, progress, asked)
+def follow(
+    client: ReefClient, scenario: str, ask_id: str, asked: dict[str, Any], *, timeout: float, as_json: bool
+) -> None:
+    """Follow an ask (or a learn ticket) under a spinner until it settles; print its outcome."""
+    started = time.monotonic()
+    waiting = out.output.errors.status(f"{ask_id}: {SAYS['queued']}…")
+    with until_interrupted() as stop, waiting as spinner:
+
+        def show(progress: Progress) -> None:
+            says = SAYS.get(progress.state, progress.state)
+            spinner.update(f"{ask_id}: {says}… {time.monotonic() - started:.0f}s")
+
+        progress = client.wait(scenario, ask_id, timeout=timeout, on_progress=show, stop=stop)
+    if stop.is_set() and not progress.settled:  # the person stopped waiting, not the ask
+        raise ReefError(f"stopped waiting; {ask_id} goes on in the daemon (see reef releases {scenario})")
+    link = page_url(client.url, progress, asked)
     if as_json:
         out.output.json({**asked, "state": progress.state, "result": progress.result})
     if not progress.settled:

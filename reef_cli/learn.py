@@ -8,17 +8,12 @@ waiting for a person, or why nothing was published (not enough evidence, the cur
 
 from __future__ import annotations
 
-import time
-
 import typer
 
 from reef_cli import output as out
-from reef_cli.evolve import SAYS, page_url, print_outcome
-from reef_cli.interrupt import until_interrupted
+from reef_cli.evolve import follow
 from reef_cli.output import JsonOption
 from reef_cli.sources import ScenarioArgument, UrlOption, connect
-from reef_core.client import Progress
-from reef_core.errors import ReefError
 
 __all__ = ["learn"]
 
@@ -40,24 +35,4 @@ def learn(
             else:
                 out.output.console.print(f"learning on {scenario}: {ticket}", highlight=False)
             return
-        started = time.monotonic()
-        waiting = out.output.errors.status(f"{ticket}: {SAYS['queued']}…")
-        with until_interrupted() as stop, waiting as spinner:
-
-            def show(progress: Progress) -> None:
-                says = SAYS.get(progress.state, progress.state)
-                spinner.update(f"{ticket}: {says}… {time.monotonic() - started:.0f}s")
-
-            progress = client.wait(scenario, ticket, timeout=timeout, on_progress=show, stop=stop)
-        if stop.is_set() and not progress.settled:
-            raise ReefError(f"stopped waiting; {ticket} goes on in the daemon (see reef releases {scenario})")
-        link = page_url(client.url, progress, asked)
-    if as_json:
-        out.output.json({**asked, "state": progress.state, "result": progress.result})
-    if not progress.settled:
-        raise ReefError(
-            f"{ticket} is still {progress.state} after {timeout:g}s; it goes on in the daemon "
-            f"(see reef releases {scenario})"
-        )
-    if not as_json:
-        print_outcome(scenario, ticket, progress.result or {}, link)
+        follow(client, scenario, ticket, asked, timeout=timeout, as_json=as_json)

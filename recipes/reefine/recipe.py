@@ -229,12 +229,16 @@ class ReefineRecipe(Recipe):
         turns = self.sessions.update(scenario, records_after=f"rec_{start:012x}{0:016x}")
         if not self.config.judge_next_turn or self.context.model is None:
             return
+        judged = 0
         for turn in turns:
             if turn.previous in self.sessions.judged or self.sessions.explicitly_scored(turn.session):
                 continue
-            self._judge(scenario, turn)
+            judged += self._judge(scenario, turn)
+        if judged:
+            self.sessions.update(scenario)  # the verdicts just written score their sessions now
 
-    def _judge(self, scenario: Scenario, turn: usage.NewTurn) -> None:
+    def _judge(self, scenario: Scenario, turn: usage.NewTurn) -> bool:
+        """One judge call on ``turn``; whether a verdict was stored."""
         assert self.context.model is not None
         started = time.perf_counter()
         try:
@@ -242,7 +246,7 @@ class ReefineRecipe(Recipe):
         except (ReefError, OSError) as exc:  # no verdict is better than a wrong one
             self.stats["judge_failures"] += 1
             log.info("reefine: the judge could not score a turn of session %s: %s", turn.session, exc)
-            return
+            return False
         finally:
             self.sessions.judged.add(turn.previous)
         report = {

@@ -14,7 +14,7 @@ from reef_core.daemon.parsing import known_fields
 from reef_core.errors import InvalidInput
 from reef_core.release.screens import screen_text
 
-__all__ = ["MAX_ASK_CHARS", "AskInput", "parse_ask"]
+__all__ = ["MAX_ASK_CHARS", "AskInput", "parse_ask", "refuse_screened"]
 
 MAX_ASK_CHARS = 4000
 _FIELDS = {"text", "session", "release_id", "agent_record_id", "harness"}
@@ -41,6 +41,18 @@ class AskInput:
         return '"' + (flat if len(flat) <= 100 else flat[:99] + "…") + '"'
 
 
+def refuse_screened(texts: list[str], what: str, *, field: str) -> None:
+    """Raise naming the screen rules any of ``texts`` hits (never echoing the text)."""
+    hits = [hit for text in texts for hit in screen_text(text)]
+    if hits:
+        rules = ", ".join(sorted({hit.rule for hit in hits}))
+        raise InvalidInput(
+            f"{what} was refused by the screen ({rules}); nothing was stored. "
+            "Rephrase it without credentials, instruction overrides or chat-template tokens",
+            field=field,
+        )
+
+
 def _optional_str(body: dict[str, Any], name: str, limit: int) -> str | None:
     value = body.get(name)
     if value is None:
@@ -61,14 +73,7 @@ def parse_ask(body: Any) -> AskInput:
         raise InvalidInput(
             f"text is {len(text)} characters; an ask holds at most {MAX_ASK_CHARS}", field="text"
         )
-    hits = screen_text(text)
-    if hits:
-        rules = ", ".join(sorted({hit.rule for hit in hits}))
-        raise InvalidInput(
-            f"the ask was refused by the screen ({rules}); nothing was stored. "
-            "Rephrase it without credentials, instruction overrides or chat-template tokens",
-            field="text",
-        )
+    refuse_screened([text], "the ask", field="text")
     release_id = _optional_str(body, "release_id", 40)
     return AskInput(
         text=text.strip(),

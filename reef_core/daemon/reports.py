@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from reef_core.daemon.asks import refuse_screened
 from reef_core.daemon.parsing import known_fields
 from reef_core.errors import ConflictError, InvalidInput
 from reef_core.ids import parse_item_id
-from reef_core.release.screens import screen_text
 from reef_core.store import Scenario
 
 __all__ = ["KeyedDesk", "ReportDesk", "ReportInput", "parse_report"]
@@ -96,14 +96,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def _screen_feedback(feedback: Any) -> None:
-    hits = [hit for text in _strings(feedback) for hit in screen_text(text)]
-    if hits:
-        rules = ", ".join(sorted({hit.rule for hit in hits}))
-        raise InvalidInput(
-            f"the feedback was refused by the screen ({rules}); nothing was stored. "
-            "Rephrase it without credentials, instruction overrides or chat-template tokens",
-            field="feedback",
-        )
+    refuse_screened(_strings(feedback), "the feedback", field="feedback")
 
 
 class KeyedDesk:

@@ -134,7 +134,12 @@ class LearningWorker:
                 log.exception("recipe %s could not form a batch", self.recipe.name)
                 continue
             if batch is not None:
-                self._step(batch)
+                try:
+                    self._step(batch)
+                except Exception:  # storing or publishing failed: the worker goes on with the next
+                    log.exception("a step on %s could not be stored or published", self.scenario.name)
+                    self.streak += 1
+                    self.state = "idle"
                 self._wake.set()  # there may be more ready already
         self.state = "stopped"
 
