@@ -59,12 +59,18 @@ def _capture(request: web.Request) -> bool:
 
 
 def _tags(request: web.Request) -> dict[str, str]:
+    """The client's ``x-reef-tag-<name>`` headers; Claude Code's own session header becomes the
+    ``claude-code-session`` tag (it cannot be told to send ours), so its sessions group too."""
     prefix = "x-reef-tag-"
-    return {
+    tags = {
         name[len(prefix) :].lower(): value
         for name, value in request.headers.items()
         if name.lower().startswith(prefix) and len(name) > len(prefix) and value
     }
+    claude = request.headers.get("x-claude-code-session-id")
+    if claude:
+        tags.setdefault("claude-code-session", claude)
+    return tags
 
 
 def _validate(body: dict[str, Any]) -> None:

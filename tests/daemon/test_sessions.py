@@ -281,6 +281,24 @@ def test_a_session_named_with_url_characters(make_reef):
         assert one["records"] == [response.headers["x-reef-agent-record-id"]]
 
 
+def test_claude_codes_session_header_groups_its_requests(make_reef):
+    reef = make_reef()
+    headers = {
+        "x-reef-scenario": SCENARIO,
+        "x-claude-code-session-id": "0b9f4c1e-cc",
+        "anthropic-version": "2023-06-01",
+    }
+    body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    first = httpx.post(f"{reef.url}/v1/messages", headers=headers, json=body, timeout=10)
+    body["messages"] += [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
+    second = httpx.post(f"{reef.url}/v1/messages", headers=headers, json=body, timeout=10)
+    assert first.status_code == second.status_code == 200
+    with ReefClient(reef.url) as client:
+        [one] = client.sessions(SCENARIO)["sessions"]
+    assert one["session"] == "0b9f4c1e-cc" and len(one["turns"]) == 2
+    assert one["records"] == [r.headers["x-reef-agent-record-id"] for r in (first, second)]
+
+
 def test_bad_input_and_unknown_names(sessions):
     bad = sessions.get(after="rec_nope")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "after"
