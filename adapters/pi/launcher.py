@@ -372,7 +372,7 @@ def _outcome(ctx: _Context, client: ReefClient, progress: Progress) -> int:
 
 def _approve(ctx: _Context, client: ReefClient, name: str) -> bool:
     """Name the code pending step ``name`` runs, and ask to approve and install it."""
-    step = next((s for s in client.releases(ctx.scenario)["steps"] if s["name"] == name), {})
+    step: dict[str, Any] = next((s for s in client.releases(ctx.scenario)["steps"] if s["name"] == name), {})
     code = code_notice(step.get("executable"))
     if code:
         ctx.say(code)
@@ -407,17 +407,17 @@ def versions_table(listing: Mapping[str, Any], installed: Mapping[str, Any]) -> 
         marks = "needs approval" + (f", on {s['base']}" if s.get("base") else "")
         rows.append((s["name"], "-", "pending", marks, _one_line(s.get("ask"))))
     for r in listing.get("releases", []):
-        marks = []
+        mark: list[str] = []
         if r.get("commit") == installed.get("commit") and r.get("release") == installed.get("release"):
-            marks.append("installed")
+            mark.append("installed")
         if r.get("current"):
-            marks.append("current")
+            mark.append("current")
         rows.append(
             (
                 r["release"],
                 str(r.get("commit") or "")[:7],
                 _result(r),
-                ", ".join(marks),
+                ", ".join(mark),
                 _one_line(r.get("ask")),
             )
         )
@@ -441,8 +441,12 @@ def _one_line(text: str | None, width: int = _ASK_WIDTH) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def _ignore(_value: object) -> None:
+    """For a lambda that adds an argument: argparse's return value is not ours to pass on."""
+
+
 def _versions(ctx: _Context, args: list[str]) -> int:
-    opts = _parse("versions", args, lambda p: p.add_argument("name", nargs="?"))
+    opts = _parse("versions", args, lambda p: _ignore(p.add_argument("name", nargs="?")))
     with ctx.client() as client:
         listing = client.releases(ctx.scenario)
     if opts.name:
@@ -474,7 +478,7 @@ def _read_sidecar(layout: Layout) -> dict[str, Any] | None:
 
 
 def _update(ctx: _Context, args: list[str]) -> int:
-    opts = _parse("update", args, lambda p: p.add_argument("--release"))
+    opts = _parse("update", args, lambda p: _ignore(p.add_argument("--release")))
     params = {"adapter": "pi", "scenario": ctx.scenario}
     if opts.release:
         params["release"] = opts.release

@@ -26,7 +26,7 @@ class StepStats:
 def group_advantages(groups: Sequence[Sequence[Sample]]) -> list[tuple[Sample, float]]:
     """``(sample, advantage)`` with advantages normalised within each group; groups whose
     answers all scored the same carry no signal and are left out."""
-    out = []
+    out: list[tuple[Sample, float]] = []
     for group in groups:
         rewards = [s.reward for s in group]
         mean = sum(rewards) / len(rewards)

@@ -47,7 +47,7 @@ class GrpoConfig:
                 continue  # the worker's budgets
             if key not in known:
                 raise ConfigError(f"unknown grpo setting recipe.config.{key}", field=f"recipe.config.{key}")
-            kind = type(known[key].default)
+            kind: type[Any] = type(known[key].default)
             try:
                 values[key] = kind(value)
             except (TypeError, ValueError):

@@ -269,6 +269,7 @@ class ReefineRecipe(Recipe):
             *self.stats["judge_seconds"][-99:],
             round(time.perf_counter() - started, 4),
         ]
+        return True
 
     def _eligible(self) -> tuple[list[usage.Known], int]:
         """Sessions a usage step may learn from (best material first), and how many are held out."""
