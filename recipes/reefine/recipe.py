@@ -649,7 +649,7 @@ class ReefineRecipe(Recipe):
                 record = scenario.data.get(known.first).data
             except ReefError:
                 continue
-            messages = [m for m in request_messages(record)]
+            messages = request_messages(record)
             system = "\n\n".join(m.text for m in messages if m.source == "system")
             task: list[dict[str, str]] = []
             for message in messages:

@@ -34,10 +34,19 @@ from typing import Any
 
 from recipes.reefine.playbook import Bullet, Edit, bullets, risks
 from recipes.reefine.structured import ask_json, schema
+from reef_core.errors import ReefError
 from reef_core.harness import HarnessTree
 from reef_core.learning.model import ModelCaller
 from reef_core.release.screens import screen_text
-from reef_core.sessions import Message, Session, conversation, is_explicit, opens_turn, request_messages
+from reef_core.sessions import (
+    Message,
+    Session,
+    conversation,
+    is_explicit,
+    opens_turn,
+    request_messages,
+    session_of,
+)
 from reef_core.store import Scenario
 from reef_core.store.data import Item
 
@@ -137,8 +146,6 @@ class SessionIndex:
         return turns
 
     def _record(self, item: Item) -> NewTurn | None:
-        from reef_core.sessions import session_of
-
         name = session_of(item.data)
         if name is None:
             return None
@@ -184,9 +191,6 @@ class SessionIndex:
 
 
 def _session_of_receipt(scenario: Scenario, receipt: str) -> str | None:
-    from reef_core.errors import ReefError
-    from reef_core.sessions import session_of
-
     try:
         return session_of(scenario.data.get(receipt).data)
     except ReefError:
@@ -561,7 +565,7 @@ def curate(
     if len(current) >= 2 and set(current) <= touched:
         raise Rewrite(f"it edits or removes every one of the {len(current)} learned rules")
     edits, dropped = [], []
-    for n, item in enumerate(real):
+    for item in real:
         cited = [i for i in item.get("lessons") or [] if isinstance(i, int) and 0 <= i < len(lessons)]
         reason = ""
         if not cited:
@@ -582,7 +586,6 @@ def curate(
                 why=str(item.get("why") or why)[:300],
             )
         )
-        _ = n
     return Curated(edits, dropped, why)
 
 
