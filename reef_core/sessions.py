@@ -1,7 +1,8 @@
 """Sessions: a harness's records grouped by its session tag, with the reports that judge them.
 
 A harness tags every request of one session (pi through ``reef-pi``: ``x-reef-tag-run``;
-anyone: ``x-reef-tag-session``; Claude Code: its session id), so a session is the records
+anyone: ``x-reef-tag-session``; Claude Code: its ``x-claude-code-session-id``, stored as the
+``session`` tag), so a session is the records
 sharing that tag, in the order they were written.  Nothing about a session is stored twice:
 
 * its **turns** come from its records: a record whose request ends with the user's own words
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 #: the record tags that name a session, in the order they are looked for
-SESSION_TAGS = ("session", "run", "claude-code-session")
+SESSION_TAGS = ("session", "run")
 #: the score a judge's verdict stands for
 JUDGE_SCORES = {"accept": 1.0, "correct": 0.25, "reject": 0.0}
 _NEGATIVE = 0.5

@@ -1,6 +1,7 @@
 """The README and docs/ show commands that work.
 
-Every ``reef …`` and ``reef-pi …`` line in a shell code block of ``README.md`` and ``docs/*.md``
+Every ``reef …``, ``reef-pi …`` and ``reef-claude …`` line in a shell code block of ``README.md``
+and ``docs/*.md``
 must parse: the subcommand exists and its ``--help`` succeeds, and the options and arguments on
 the line are ones it accepts (click's own parser, through ``typer.main.get_command``).  Dotted
 ``reef serve`` settings are read by reef's config layer, so they are checked with
@@ -55,7 +56,7 @@ class Block:
 
 @dataclass(frozen=True)
 class Invocation:
-    program: str  # "reef" or "reef-pi"
+    program: str  # "reef", "reef-pi" or "reef-claude"
     args: tuple[str, ...]
     where: str  # page:line
 
@@ -170,7 +171,7 @@ def invocations(line: str, where: str) -> list[Invocation]:
         if not words:
             continue
         program = words[0].rsplit("/", 1)[-1]
-        if program in ("reef", "reef-pi"):
+        if program in ("reef", "reef-pi", "reef-claude"):
             found.append(Invocation(program, tuple(words[1:]), where))
     return found
 
@@ -276,17 +277,20 @@ def _settings_problems(overrides: list[str]) -> list[str]:
 
 
 class _Parsed(Exception):
-    """Raised right after a reef-pi verb parsed its arguments, before it does anything."""
+    """Raised right after a launcher verb parsed its arguments, before it does anything."""
 
 
-def reef_pi_problems(args: tuple[str, ...], home: Path) -> list[str]:
-    """What is wrong with ``reef-pi ARGS``: its verbs' own parsers judge; other arguments are
-    pi's and are passed to pi as they are."""
-    from adapters.pi import launcher
+def launcher_problems(program: str, args: tuple[str, ...], home: Path) -> list[str]:
+    """What is wrong with ``reef-pi ARGS`` or ``reef-claude ARGS``: their verbs' own parsers
+    judge; other arguments are the harness's and are passed to it as they are."""
+    from adapters import launcher as core
+    from adapters.claude_code.launcher import CLAUDE
+    from adapters.pi.launcher import PI
 
-    if not args or args[0] not in launcher.COMMANDS:
+    harness = {"reef-pi": PI, "reef-claude": CLAUDE}[program]
+    if not args or args[0] not in core.COMMANDS:
         return []
-    parse = launcher._parse
+    parse = core._parse
 
     def parse_then_stop(*a: Any, **kw: Any) -> Any:
         parse(*a, **kw)
@@ -294,10 +298,10 @@ def reef_pi_problems(args: tuple[str, ...], home: Path) -> list[str]:
 
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(launcher, "_parse", parse_then_stop)
+        patch.setattr(core, "_parse", parse_then_stop)
         try:
-            code = launcher.main(
-                list(args), url="http://127.0.0.1:9", scenario="docs", env={"HOME": str(home)},
+            code = core.main(
+                harness, list(args), url="http://127.0.0.1:9", scenario="docs", env={"HOME": str(home)},
                 out=io.StringIO(), err=err,
             )  # fmt: skip
         except _Parsed:
@@ -305,12 +309,12 @@ def reef_pi_problems(args: tuple[str, ...], home: Path) -> list[str]:
     if code == 0:
         return []
     first = err.getvalue().strip().splitlines()[:1]
-    return [first[0].removeprefix("reef-pi: ") if first else f"exit code {code}"]
+    return [first[0].removeprefix(f"{program}: ") if first else f"exit code {code}"]
 
 
 def problems_of(invocation: Invocation, home: Path) -> list[str]:
-    if invocation.program == "reef-pi":
-        found = reef_pi_problems(invocation.args, home)
+    if invocation.program in ("reef-pi", "reef-claude"):
+        found = launcher_problems(invocation.program, invocation.args, home)
     else:
         found = reef_problems(invocation.args)
     return [f"{invocation.where}: `{invocation}`: {p}" for p in found]

@@ -80,7 +80,7 @@ def user(text: str) -> dict[str, str]:
 
 def test_session_of_takes_the_first_session_tag():
     assert session_of({"tags": {"run": "r1", "session": "s1"}}) == "s1"
-    assert session_of({"tags": {"claude-code-session": "c1"}}) == "c1"
+    assert session_of({"tags": {"run": "r1"}}) == "r1"
     assert session_of({"tags": {"other": "x"}}) is None
     assert session_of({"tags": "not a mapping"}) is None
     assert session_of({}) is None

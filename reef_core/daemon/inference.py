@@ -60,7 +60,8 @@ def _capture(request: web.Request) -> bool:
 
 def _tags(request: web.Request) -> dict[str, str]:
     """The client's ``x-reef-tag-<name>`` headers; Claude Code's own session header becomes the
-    ``claude-code-session`` tag (it cannot be told to send ours), so its sessions group too."""
+    ``session`` tag (unless the client sent one), so its records group by Claude Code's session
+    even when ``reef-claude`` tags them with its run too."""
     prefix = "x-reef-tag-"
     tags = {
         name[len(prefix) :].lower(): value
@@ -69,7 +70,7 @@ def _tags(request: web.Request) -> dict[str, str]:
     }
     claude = request.headers.get("x-claude-code-session-id")
     if claude:
-        tags.setdefault("claude-code-session", claude)
+        tags.setdefault("session", claude)
     return tags
 
 

@@ -31,9 +31,15 @@ __all__ = [
 ]
 
 #: adapter name -> ``package.module:Class`` of its renderer
-ADAPTERS: dict[str, str] = {"pi": "adapters.pi.render:PiRenderer"}
+ADAPTERS: dict[str, str] = {
+    "pi": "adapters.pi.render:PiRenderer",
+    "claude_code": "adapters.claude_code.render:ClaudeCodeRenderer",
+}
 #: adapter name -> ``package.module:Class`` of its installer (an adapter may have none)
-INSTALLERS: dict[str, str] = {"pi": "adapters.pi.install:PiInstaller"}
+INSTALLERS: dict[str, str] = {
+    "pi": "adapters.pi.install:PiInstaller",
+    "claude_code": "adapters.claude_code.install:ClaudeCodeInstaller",
+}
 #: which of reef's inference routes a harness talks to
 APIS = ("anthropic", "openai")
 

@@ -59,7 +59,7 @@ def test_the_route_refuses_what_it_cannot_install_with_clear_errors(make_reef):
         response = httpx.get(url, params=params)
         assert response.status_code == status, (params, response.text)
         assert response.json()["error"]["param"] == field, (params, response.text)
-    assert "use one of pi" in httpx.get(url, params=cases[1][0]).json()["error"]["message"]
+    assert "use one of claude_code, pi" in httpx.get(url, params=cases[1][0]).json()["error"]["message"]
     # the scenario may come as the header too
     assert httpx.get(url, params={"adapter": "pi"}, headers={"x-reef-scenario": SCENARIO}).status_code == 200
 
