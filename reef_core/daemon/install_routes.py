@@ -9,6 +9,13 @@ The script is the adapter's (found by dotted reference, :func:`installer_for`; r
 no adapter).  This route decides what it installs: the release's tree, the daemon's URL as the
 caller reached it, the model reef serves, and the interpreter this daemon runs on (reef is local:
 the launcher runs on the same machine).  The daemon's token is never put in the script.
+
+Serving a script also notes the adapter for the scenario (``Store.note_install``: a key in the
+scenario repository's git config, no commit), so reefine checks each candidate with every harness
+the scenario is installed for.  A scenario that does not exist yet is created first when implicit
+creation is on, as its first request would: installing comes before the harness's first request.
+With implicit creation off, a script for a missing scenario is still served (the empty tree) and
+nothing is noted: that harness's requests will be refused until the scenario is created.
 """
 
 from __future__ import annotations
@@ -45,6 +52,15 @@ def _release_tree(
     return HarnessTree.from_files(reader.releases.files(release)), release.name, release.commit
 
 
+def _note_install(daemon: Daemon, name: str, adapter: str) -> None:
+    store = daemon.scenarios.store
+    if not store.exists(name):
+        if not daemon.scenarios.implicit:
+            return
+        store.create(name)
+    store.note_install(name, adapter)
+
+
 @routes.get("/reef/harness/install")
 async def install(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
@@ -76,5 +92,6 @@ async def install(request: web.Request) -> web.Response:
         token_required=bool(settings.reef.tokens),
     )
     script = await asyncio.to_thread(installer.script, plan)
+    await asyncio.to_thread(_note_install, daemon, name, adapter)  # only once the script is made
     headers = {"x-reef-release-id": release} if release else {}
     return web.Response(text=script, content_type="text/x-shellscript", headers=headers)

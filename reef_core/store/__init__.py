@@ -1,7 +1,8 @@
 """The store: every byte reef keeps, in one bare git repository per scenario.
 
 Owns: scenario repositories, the data branch (records, reports, asks), the release chain,
-candidates and pending releases, LFS objects, crash recovery and packing.
+candidates and pending releases, LFS objects, crash recovery and packing, and which harness
+adapters each scenario is installed for (its repository's git config, ``installs.py``).
 Does not own: what a record or a release *means* (the daemon and recipes decide that).
 May import: ``reef_core.errors``, ``reef_core.ids``, pygit2 (its only home).
 """

@@ -27,6 +27,7 @@ import pygit2
 from reef_core.errors import DiskFull, NotFound, StoreError
 from reef_core.ids import validate_scenario_name
 from reef_core.store.data import DataReader
+from reef_core.store.installs import installed_adapters, note_install
 from reef_core.store.packer import Packer
 from reef_core.store.packs import remove_incomplete_packs
 from reef_core.store.releases import ReleaseChain
@@ -60,6 +61,10 @@ class ScenarioReader:
         self.handle = RepoHandle(path)
         self.data = DataReader(self.handle)
         self.releases = ReleaseChain(self.handle)
+
+    def installed_adapters(self) -> frozenset[str]:
+        """The adapters an installer was served for (``installs.py``), read afresh each call."""
+        return installed_adapters(self.path)
 
 
 class Scenario(ScenarioReader):
@@ -190,6 +195,15 @@ class Store:
             if out_of_space(exc) and not isinstance(exc, DiskFull):
                 raise self.space.failed(exc, what) from exc
             raise
+
+    def note_install(self, name: str, adapter: str) -> None:
+        """Remember that an installer for ``adapter`` was served for scenario ``name``
+        (``installs.py``); no lock on the scenario is needed, so it may be open or not."""
+        path = self.path_of(name)
+        if not (path / "HEAD").exists():
+            raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
+        with self._space_checked(f"noting an install of {name}"):
+            note_install(path, adapter)
 
     def reader(self, name: str) -> ScenarioReader:
         path = self.path_of(name)
