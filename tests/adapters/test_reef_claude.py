@@ -273,3 +273,14 @@ def test_doctor_passes_then_without_the_daemon_says_to_start_it(make_reef, claud
     assert down.returncode == 1 and "start it with `reef serve`" in down.stdout
     run = claude_machine.reef_claude("-p", "hi")
     assert run.returncode == 1 and "start it with `reef serve`" in run.stderr
+
+
+def test_an_open_reef_passes_the_persons_own_anthropic_key_to_the_upstream(
+    make_reef, upstream: ScriptedUpstream, claude_machine: ClaudeMachine
+):
+    reef = make_reef(api="anthropic")  # no token, no upstream key of its own
+    claude_machine.install(reef)
+    key = "sk-ant-" + "k" * 24
+    run = claude_machine.reef_claude("-p", "hi", ANTHROPIC_API_KEY=key)
+    assert run.returncode == 0 and run.stdout.strip() == GREETING, run.stdout + run.stderr
+    assert upstream.requests[-1].headers["x-api-key"] == key
