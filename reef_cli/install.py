@@ -22,12 +22,12 @@ ADAPTERS = ("pi", "claude_code")
 
 def install(
     scenario: str = typer.Argument(..., help="The scenario whose harness to install."),
-    adapter: str = typer.Option("pi", "--adapter", help="The harness: pi (claude_code later)."),
+    adapter: str = typer.Option("pi", "--adapter", help="The harness: pi or claude_code."),
     release: str | None = typer.Option(None, "--release", help="A release such as v3 (default: current)."),
     print_only: bool = typer.Option(False, "--print", help="Print the install script instead of running it."),
     url: str = UrlOption,
 ) -> None:
-    """Install (or update) the harness of SCENARIO for an adapter, e.g. pi's reef-pi launcher."""
+    """Install (or update) the harness of SCENARIO for an adapter: reef-pi or reef-claude and its config."""
     if adapter not in ADAPTERS:
         raise InvalidInput(f"--adapter must be one of {', '.join(ADAPTERS)}", field="adapter")
     with connect(url, timeout=120) as client:
