@@ -76,6 +76,9 @@ class Spec:
     package: str  # npm package of the pinned binary
     version: str  # the pinned version npm installs
     min_version: str  # the oldest version accepted when one is found
+    #: ``module:function`` the launcher calls with its arguments before importing anything else
+    #: (Claude Code's prompt hook answers most prompts there, for the cost of Python's start)
+    early: str = ""
     #: node the pinned binary needs (``major.minor``); older → npm installs ``node_package`` too
     node_min: str = "20.6"
     node_package: str = ""  # e.g. "node@22": installs node-<os>-<arch> under the npm prefix
@@ -90,6 +93,10 @@ def launcher_source(
     spec: Spec, *, python: str, url: str, scenario: str, code_root: str = str(_CODE_ROOT)
 ) -> str:
     """The launcher file: a shebang on the daemon's interpreter and the baked-in settings."""
+    early = ""
+    if spec.early:
+        module, _, function = spec.early.partition(":")
+        early = f"from {module} import {function}\n\n{function}(sys.argv[1:])\n"
     return f'''#!{python}
 """{spec.command}: {spec.label} routed through reef.
 
@@ -102,13 +109,11 @@ import sys
 
 URL = {url!r}
 SCENARIO = {scenario!r}
-CODE_ROOT = {code_root!r}  # where reef's Python code lives, for an interpreter that cannot find it
+CODE_ROOT = {code_root!r}  # where reef's Python code lives: the reef that wrote this file
 
-try:
-    from {spec.launcher_module} import main
-except ImportError:
-    sys.path.insert(0, CODE_ROOT)
-    from {spec.launcher_module} import main
+sys.path.insert(0, CODE_ROOT)  # first, so that another package called "adapters" cannot shadow it
+{early}
+from {spec.launcher_module} import main
 
 sys.exit(main(sys.argv[1:], url=URL, scenario=SCENARIO, launcher=os.path.abspath(__file__)))
 '''

@@ -29,13 +29,13 @@ silent (no output, exit 0): a notice must never cost the session.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from datetime import datetime
 from typing import Any
 
 from adapters import launcher as core
+from adapters.claude_code.gate import COMMAND, pending_event
 from adapters.launcher import Context
 from reef_core.client import approver
 from reef_core.errors import NotFound, ReefError
@@ -44,7 +44,6 @@ from reef_core.release.listing import approval_question, code_notice
 __all__ = ["NOTICE_TIMEOUT_S", "answer", "notice", "run"]
 
 NOTICE_TIMEOUT_S = 2.0
-_COMMAND = re.compile(r"^\s*/(evolve|versions|feedback|good|bad)(?:\s+(.*))?$", re.DOTALL)
 _USAGE = {
     "evolve": "usage: /evolve <what the agent should do differently>",
     "versions": "usage: /versions [vN|cN [install]]",
@@ -55,7 +54,8 @@ _USAGE = {
 def run(ctx: Context, args: list[str]) -> int:
     """``reef-claude hook prompt|session-start``, the event on stdin; always exits 0."""
     try:
-        event = json.loads(sys.stdin.read() or "{}")
+        text = pending_event()
+        event = json.loads((sys.stdin.read() if text is None else text) or "{}")
     except ValueError:
         event = {}
     if not isinstance(event, dict):
@@ -80,7 +80,7 @@ def run(ctx: Context, args: list[str]) -> int:
 def answer(ctx: Context, event: dict[str, Any]) -> str | None:
     """What a reef command in ``event["prompt"]`` answers; None for any other prompt."""
     prompt = event.get("prompt")
-    match = _COMMAND.match(prompt) if isinstance(prompt, str) else None
+    match = COMMAND.match(prompt) if isinstance(prompt, str) else None
     if match is None:
         return None
     command, rest = match.group(1), (match.group(2) or "").strip()
