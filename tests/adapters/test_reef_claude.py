@@ -20,7 +20,8 @@ from reef_core.harness import Entry, HarnessTree
 from tests.adapters.claude_machine import SCENARIO, ClaudeMachine, require_claude
 from tests.adapters.test_pi_install import publish
 from tests.conftest import git
-from tests.fakes.upstream import ScriptedUpstream
+from tests.fakes.upstream import ScriptedUpstream, Text
+from tests.reefine.conftest import rule, skill
 
 pytestmark = pytest.mark.e2e
 
@@ -284,3 +285,110 @@ def test_an_open_reef_passes_the_persons_own_anthropic_key_to_the_upstream(
     run = claude_machine.reef_claude("-p", "hi", ANTHROPIC_API_KEY=key)
     assert run.returncode == 0 and run.stdout.strip() == GREETING, run.stdout + run.stderr
     assert upstream.requests[-1].headers["x-api-key"] == key
+
+
+# ------------------------------------------------------------------------------------ releases
+
+FAILING_TEST = "Reproduce a bug with a failing test before fixing it."
+ASK = "when I ask you to fix a bug, reproduce it with a failing test first"
+
+
+def schema_name(body: dict[str, Any]) -> str | None:
+    """Which structured answer reefine asks for (OpenAI ``response_format`` or Anthropic tool)."""
+    wanted = (body.get("response_format") or {}).get("json_schema") or {}
+    return wanted.get("name") or (body.get("tool_choice") or {}).get("name")
+
+
+def plays_reefine(upstream: ScriptedUpstream, *changes: dict[str, Any]) -> None:
+    """The upstream answers each part of an ask step by what it is asked: the proposal, the
+    self-review and the reviewer by their schemas; anything else (the health checks, whichever
+    harnesses run them, and Claude Code itself) with the greeting."""
+    answers = {
+        "harness_change": json.dumps(
+            {"design": "One entry that does what was asked.", "changes": list(changes)}
+        ),
+        "self_review": '{"verdict": "delivers", "missing": ""}',
+        "review": '{"implements_ask": true, "unrelated_changes": false, "reason": "it does what was asked"}',
+    }
+
+    def respond(route: str, body: dict[str, Any]) -> Text | None:
+        name = schema_name(body)
+        return Text(answers[name]) if name in answers else None
+
+    upstream.responder = respond
+
+
+def hook_outputs(run: subprocess.CompletedProcess, event: str) -> list[str]:
+    """What the hooks of ``event`` printed, from ``--output-format stream-json --include-hook-events``."""
+    assert run.returncode == 0, run.stdout + run.stderr
+    found = []
+    for line in run.stdout.splitlines():
+        message = json.loads(line)
+        if message.get("subtype") == "hook_response" and message.get("hook_event") == event:
+            found.append(str(message.get("stdout") or message.get("output") or ""))
+    return found
+
+
+def test_an_ask_becomes_a_release_that_update_installs_and_the_next_request_carries(
+    reefine, upstream: ScriptedUpstream, claude_machine: ClaudeMachine
+):
+    reef = reefine("--inference.upstream-api", "anthropic")
+    claude_machine.install(reef)
+    plays_reefine(upstream, skill("failing-test-first", FAILING_TEST), rule("brevity", RULE))
+
+    evolved = claude_machine.reef_claude("evolve", ASK, "--wait", "--timeout", "180")
+    assert evolved.returncode == 0, evolved.stdout + evolved.stderr
+    assert "selected: v1 (c1)" in evolved.stdout and "next: reef-claude update" in evolved.stdout
+    ask_id = evolved.stdout.split()[1]
+    assert reef.reader(SCENARIO).data.get(ask_id).data["harness"] == "claude_code"
+
+    # the next session says a newer release exists; v1 is not in Claude Code's request yet
+    stream = ["-p", "hi", "--output-format", "stream-json", "--verbose", "--include-hook-events"]
+    [notice] = hook_outputs(claude_machine.reef_claude(*stream), "SessionStart")
+    said = json.loads(notice)["systemMessage"]
+    assert said.startswith('reef: v1 is available (installed: none): "when I ask you to fix a bug')
+    assert "install it with /versions v1 install, or reef-claude update" in said
+    assert FAILING_TEST not in json.dumps(upstream.requests[-1].body)
+
+    updated = claude_machine.reef_claude("update")
+    assert updated.returncode == 0 and "v1 installed" in updated.stdout, updated.stdout + updated.stderr
+    assert claude_machine.sidecar()["release"] == "v1"
+
+    # the skill is listed to the model and the rule is in its context; the notice is gone
+    after = claude_machine.reef_claude(*stream)
+    assert hook_outputs(after, "SessionStart") == [""]
+    sent = json.dumps(upstream.requests[-1].body)
+    assert "failing-test-first" in sent and RULE in sent
+    table = answer(claude_machine.reef_claude("-p", "/versions")).splitlines()
+    assert table[0].split() == ["version", "id", "result", "installed/current", "ask"]
+    assert table[1].split()[0] == "v1" and table[1].split()[2:4] == ["selected", "installed,"]
+
+
+def test_a_hook_entry_waits_for_a_person_who_confirms_it_in_session(
+    reefine, upstream: ScriptedUpstream, claude_machine: ClaudeMachine
+):
+    reef = reefine()
+    claude_machine.install(reef)
+    hook = {"PostToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "echo edited"}]}]}
+    settings = {"op": "create", "kind": "config", "name": "settings", "content": json.dumps({"hooks": hook})}
+    plays_reefine(upstream, settings)
+    evolved = claude_machine.reef_claude("evolve", "say when a file was edited", "--wait", "--timeout", "180")
+    assert "pending: c1 adds or changes code" in evolved.stdout, evolved.stdout + evolved.stderr
+
+    asked = answer(claude_machine.reef_claude("-p", "/versions c1 install"))
+    assert asked.startswith("reef: c1 changes what runs on this machine and waits for a person's approval.")
+    assert "config/settings.json (hooks)" in asked and "/versions c1 install yes" in asked
+    listing = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/releases").json()
+    assert listing["releases"] == [] and [s["pending"] for s in listing["steps"]] == [True]
+    assert claude_machine.sidecar()["release"] is None
+
+    done = answer(claude_machine.reef_claude("-p", "/versions c1 install yes"))
+    assert done.startswith("reef: c1 is now v1.\nreef: installed v1."), done
+    assert claude_machine.sidecar()["release"] == "v1"
+    [release] = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/releases").json()["releases"]
+    assert release["approved_by"].endswith(" via Claude Code /versions")
+    installed = json.loads((claude_machine.config / "settings.json").read_text())["hooks"]
+    assert installed["PostToolUse"] == hook["PostToolUse"]
+    assert [h["hooks"][0]["command"] for h in installed["UserPromptSubmit"]] == [
+        '"${REEF_CLAUDE_LAUNCHER:-reef-claude}" hook prompt'
+    ]
