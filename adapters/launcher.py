@@ -242,6 +242,27 @@ def main(
         return 130
 
 
+def entry(harness: Harness) -> Callable[..., int]:
+    """The ``main`` of one adapter's launcher: :func:`main` with ``harness`` given."""
+
+    def run(
+        argv: list[str],
+        *,
+        url: str,
+        scenario: str,
+        launcher: str | None = None,
+        env: Mapping[str, str] | None = None,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> int:
+        return main(harness, argv, url=url, scenario=scenario, launcher=launcher, env=env, out=out, err=err)
+
+    run.__doc__ = (
+        f"Run ``{harness.command} argv``; returns the exit code (a harness run replaces the process)."
+    )
+    return run
+
+
 def usage_text(harness: Harness) -> str:
     c = harness.command
     flags = f"{harness.run_flags} " if harness.run_flags else ""

@@ -30,9 +30,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from adapters import launcher as core
 from adapters.claude_code.render import TRAFFIC_SWITCHES
@@ -155,15 +154,4 @@ CLAUDE = core.Harness(
 )
 
 
-def main(
-    argv: list[str],
-    *,
-    url: str,
-    scenario: str,
-    launcher: str | None = None,
-    env: Mapping[str, str] | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """Run ``reef-claude argv``; returns the exit code (a Claude Code run replaces the process)."""
-    return core.main(CLAUDE, argv, url=url, scenario=scenario, launcher=launcher, env=env, out=out, err=err)
+main = core.entry(CLAUDE)

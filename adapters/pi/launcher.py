@@ -13,9 +13,6 @@ and the scenario and calls :func:`main`.  ``REEF_PI`` names the pi to run; ``REE
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TextIO
-
 from adapters import launcher as core
 from adapters.launcher import COMMANDS, Context, Layout, versions_table
 
@@ -63,15 +60,4 @@ PI = core.Harness(
 )
 
 
-def main(
-    argv: list[str],
-    *,
-    url: str,
-    scenario: str,
-    launcher: str | None = None,
-    env: Mapping[str, str] | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """Run ``reef-pi argv``; returns the exit code (a pi run replaces the process instead)."""
-    return core.main(PI, argv, url=url, scenario=scenario, launcher=launcher, env=env, out=out, err=err)
+main = core.entry(PI)
