@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -392,3 +394,75 @@ def test_a_hook_entry_waits_for_a_person_who_confirms_it_in_session(
     assert [h["hooks"][0]["command"] for h in installed["UserPromptSubmit"]] == [
         '"${REEF_CLAUDE_LAUNCHER:-reef-claude}" hook prompt'
     ]
+
+
+# ------------------------------------------------------------------------------------ which claude
+
+
+def test_a_new_enough_claude_on_path_is_used_and_report_finds_the_last_runs_receipts(
+    make_reef, claude_machine: ClaudeMachine, tmp_path
+):
+    reef = make_reef()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "claude").symlink_to(claude_machine.env.pop("REEF_CLAUDE"))
+    claude_machine.env["PATH"] = f"{claude_machine.env['PATH']}:{bindir}"
+    run = claude_machine.install(reef)
+    assert "installing" not in run.stdout
+    assert claude_machine.sidecar()["claude"] == str(bindir / "claude")
+    ran = claude_machine.reef_claude("-p", "hi")
+    assert ran.returncode == 0 and ran.stdout.strip() == GREETING, ran.stdout + ran.stderr
+    reported = claude_machine.reef_claude("report", "--score", "0", "--feedback", "it never ran the tests")
+    assert reported.returncode == 0, reported.stderr
+    [receipt] = [r["id"] for r in records(reef, f"run:{claude_machine.last_tag()}")]
+    [report] = reports(reef)
+    assert report["references"] == [receipt] and report["score"] == 0
+    assert report["metadata"]["harness"] == "claude_code"
+    link = answer(claude_machine.reef_claude("-p", "/versions v9"))
+    assert link == f"reef: no release or pending step v9 in scenario {SCENARIO}: see /versions"
+
+
+@pytest.mark.slow
+def test_without_a_new_enough_claude_the_script_installs_the_pinned_one_with_npm(
+    make_reef, claude_machine: ClaudeMachine, tmp_path
+):
+    """npm installs from the project's npm cache, offline (what scripts/setup.sh filled); an old
+    claude on PATH is not used."""
+    cache = Path(__file__).resolve().parents[2] / ".cache" / "npm"
+    if not cache.is_dir():
+        pytest.fail(f"no npm cache at {cache}: run scripts/setup.sh --dev", pytrace=False)
+    reef = make_reef()
+    bindir = tmp_path / "old-bin"
+    bindir.mkdir()
+    old = bindir / "claude"
+    old.write_text("#!/bin/sh\necho '1.0.44 (Claude Code)'\n")
+    old.chmod(0o755)
+    npm = shutil.which("npm")
+    assert npm, "npm is needed: run scripts/setup.sh --dev"
+    env = {k: v for k, v in claude_machine.env.items() if k != "REEF_CLAUDE"}
+    env["PATH"] = f"{env['PATH']}:{bindir}:{Path(npm).parent}"
+    run = subprocess.run(
+        ["sh", "-s"],
+        input=claude_machine.script(reef),
+        env={**env, "npm_config_cache": str(cache), "npm_config_offline": "true"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    npm_claude = claude_machine.home / ".reef" / "npm" / "bin" / "claude"
+    assert "installing Claude Code 2.1.332" in run.stdout
+    assert claude_machine.sidecar()["claude"] == str(npm_claude)
+    ran = subprocess.run(
+        ["reef-claude", "-p", "hi"],
+        env=env,
+        cwd=claude_machine.work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == GREETING, ran.stdout + ran.stderr
+    again = subprocess.run(
+        ["sh", "-s"], input=claude_machine.script(reef), env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0 and "nothing written" in again.stdout and "installing" not in again.stdout
