@@ -1,13 +1,15 @@
 """The "health" release check: the real pi starts with a candidate's agent files and answers.
 
-Owns: finding the pinned pi binary (:func:`find_pi`) and one sandboxed print-mode run of it
-(:func:`run_health`).  The candidate's files (``models.json``, ``settings.json``, ``AGENTS.md``,
-``skills/``, ``prompts/``, ``extensions/``) are written byte for byte into a fresh agent dir
-(``PI_CODING_AGENT_DIR``) next to a fresh ``HOME`` and a fresh cwd, so the user's ``~/.pi`` and
-project files stay out.  pi runs as ``pi --offline -p --no-session <task>`` with stdin on
-/dev/null, in its own process group, which is killed on timeout and after pi exits (leftover
-children of extensions).  A check passes when pi exits 0, prints an answer on stdout, and
-reports no extension or settings failure on stderr.
+Owns: finding a pi binary, 0.73.1 or newer (:func:`find_pi`), and one sandboxed print-mode run
+of it (:func:`run_health`).  pi runs with its own folder first on PATH: an npm install puts the
+node a newer pi needs (pi 1.x wants node >= 22.19) next to it.  The candidate's files
+(``models.json``, ``settings.json``, ``AGENTS.md``, ``skills/``, ``prompts/``, ``extensions/``)
+are written byte for byte into a fresh agent dir (``PI_CODING_AGENT_DIR``) next to a fresh
+``HOME`` and a fresh cwd, so the user's ``~/.pi`` and project files stay out.  pi runs as
+``pi --offline -p --no-session <task>`` with stdin on /dev/null, in its own process group, which
+is killed on timeout and after pi exits (leftover children of extensions).  A check passes
+when pi exits 0, prints an answer on stdout, and reports no extension or settings failure on
+stderr.
 
 Agent-level retries are switched off through a project ``.pi/settings.json`` in the fresh cwd
 (``{"retry": {"enabled": false}}``): pi deep-merges project settings over the agent dir's, so the
@@ -61,6 +63,7 @@ from reef_core.errors import InvalidInput
 
 __all__ = [
     "HEALTH_TASK",
+    "PI_MIN_VERSION",
     "PI_PACKAGE",
     "PI_VERSION",
     "HealthResult",
@@ -68,12 +71,14 @@ __all__ = [
     "ProcessRun",
     "find_pi",
     "pi_environment",
+    "probe_pi",
     "run_captured",
     "run_health",
 ]
 
-PI_PACKAGE = "@mariozechner/pi-coding-agent"
-PI_VERSION = "0.73.1"
+PI_PACKAGE = "@mariozechner/pi-coding-agent"  # the tested default's npm package
+PI_VERSION = "0.73.1"  # the tested default (scripts/setup.sh installs it in .cache/tools)
+PI_MIN_VERSION = "0.73.1"  # the oldest pi reef works with; any newer one is accepted
 HEALTH_TASK = "Reply with the single word READY."
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -122,13 +127,24 @@ class HealthResult:
 
 
 def find_pi(*, env: Mapping[str, str] | None = None) -> PiBinary | None:
-    """The pinned pi: ``$REEF_PI``, else the project's ``.cache/tools`` install, else ``pi`` on PATH.
+    """A pi 0.73.1 or newer: ``$REEF_PI``, else the project's ``.cache/tools`` install, else
+    ``pi`` on PATH.
 
     ``env`` defaults to the process environment.  An explicit ``REEF_PI`` is the only candidate
     when set: a wrong version there is a misconfiguration, not a reason to pick another pi.
     """
     found, _ = _search(os.environ if env is None else env)
     return found
+
+
+def probe_pi(path: Path, *, env: Mapping[str, str] | None = None) -> PiBinary | None:
+    """The pi at ``path`` with the version its ``--version`` reports, whatever that is; None when
+    it is not an executable file or reports no version."""
+    env = os.environ if env is None else env
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return None
+    version = _version_of(str(path.resolve()), path.stat().st_mtime_ns, _minimal_path(env, path))
+    return PiBinary(path.absolute(), version) if version else None
 
 
 def _search(env: Mapping[str, str]) -> tuple[PiBinary | None, list[str]]:
@@ -142,7 +158,6 @@ def _search(env: Mapping[str, str]) -> tuple[PiBinary | None, list[str]]:
         on_path = shutil.which("pi", path=env.get("PATH", os.defpath))
         candidates.append(("PATH", Path(on_path) if on_path else Path("pi")))
     notes = []
-    search_path = _minimal_path(env)
     for origin, path in candidates:
         if not path.is_file():
             notes.append(f"{origin}: no {path}" if origin != "PATH" else "no pi on PATH")
@@ -150,12 +165,21 @@ def _search(env: Mapping[str, str]) -> tuple[PiBinary | None, list[str]]:
         if not os.access(path, os.X_OK):
             notes.append(f"{origin}: {path} is not executable")
             continue
-        version = _version_of(str(path.resolve()), path.stat().st_mtime_ns, search_path)
-        if version == PI_VERSION:
+        version = _version_of(str(path.resolve()), path.stat().st_mtime_ns, _minimal_path(env, path))
+        if version and _at_least(version, PI_MIN_VERSION):
             return PiBinary(path.absolute(), version), notes
-        said = f"is pi {version}" if version else "did not report a version"
-        notes.append(f"{origin}: {path} {said}, reef needs {PI_VERSION}")
+        said = f"is pi {version}" if version else "did not report a version (does its node start?)"
+        notes.append(f"{origin}: {path} {said}, reef needs {PI_MIN_VERSION} or newer")
     return None, notes
+
+
+def _at_least(version: str, wanted: str) -> bool:
+    """``version`` (``X.Y.Z``, maybe with a ``-pre`` tail) is ``wanted`` or newer."""
+    try:
+        found = tuple(int(part) for part in version.split("-")[0].split(".")[:3])
+        return found >= tuple(int(part) for part in wanted.split("."))
+    except ValueError:
+        return False
 
 
 @functools.lru_cache(maxsize=32)
@@ -180,11 +204,13 @@ def _version_of(resolved: str, mtime_ns: int, search_path: str) -> str | None:
     return found[-1] if probe.returncode == 0 and found else None
 
 
-def _minimal_path(env: Mapping[str, str]) -> str:
-    """The system directories plus the one holding ``node`` (pi's ``#!/usr/bin/env node``)."""
-    dirs = []
+def _minimal_path(env: Mapping[str, str], pi: Path | None = None) -> str:
+    """The system directories plus the one holding ``node`` (pi's ``#!/usr/bin/env node``), after
+    ``pi``'s own folder (not the resolved one) when given: the node an npm install put next to a pi
+    that needs a newer one than the system's comes first."""
+    dirs = [str(pi.absolute().parent)] if pi is not None else []
     node = shutil.which("node", path=env.get("PATH", os.defpath))
-    if node:
+    if node and str(Path(node).parent) not in dirs:
         dirs.append(str(Path(node).parent))
     dirs += [d for d in _SYSTEM_PATH if d not in dirs]
     return os.pathsep.join(dirs)
@@ -233,11 +259,11 @@ def run_health(
         pi, notes = _search({**os.environ, **env})
         if pi is None:
             why = "; ".join(notes)
-            detail = f"pi {PI_VERSION} not found ({why}): run scripts/setup.sh"
+            detail = f"pi {PI_MIN_VERSION} or newer not found ({why}): run scripts/setup.sh"
             return HealthResult(False, detail, 0.0, "", "")
     with tempfile.TemporaryDirectory(prefix="reef-health-", dir=workdir, ignore_cleanup_errors=True) as tmp:
         box = _make_sandbox(Path(tmp), agent_files)
-        full_env = _environment(box, env)
+        full_env = pi_environment(home=box.home, agent=box.agent, env=env, pi=pi.path)
         try:
             run = _run_pi(pi, ["--offline", "-p", "--no-session", task], box, full_env, timeout, Path(tmp))
         except OSError as exc:
@@ -297,15 +323,19 @@ def _make_sandbox(root: Path, agent_files: Mapping[str, bytes]) -> _Sandbox:
     return box
 
 
-def _environment(box: _Sandbox, env: Mapping[str, str]) -> dict[str, str]:
-    return pi_environment(home=box.home, agent=box.agent, env=env)
-
-
-def pi_environment(*, home: Path, agent: Path, env: Mapping[str, str]) -> dict[str, str]:
+def pi_environment(
+    *, home: Path, agent: Path, env: Mapping[str, str], pi: Path | None = None
+) -> dict[str, str]:
     """pi's environment: a minimal PATH, the offline switches, ``env`` over them, then ``home`` as
-    ``HOME`` and ``agent`` as ``PI_CODING_AGENT_DIR`` whatever ``env`` says."""
+    ``HOME`` and ``agent`` as ``PI_CODING_AGENT_DIR`` whatever ``env`` says.
+
+    The PATH starts with the folder of ``pi`` (default: :func:`find_pi`'s, with ``env`` over the
+    process environment), where an npm install puts the node that pi needs."""
+    if pi is None:
+        found = find_pi(env={**os.environ, **env})
+        pi = found.path if found else None
     full = {
-        "PATH": _minimal_path(os.environ),
+        "PATH": _minimal_path(os.environ, pi),
         "PI_OFFLINE": "1",
         "PI_SKIP_VERSION_CHECK": "1",
         "PI_TELEMETRY": "0",

@@ -2,25 +2,56 @@
 
 Missing pi is a failure, not a skip: CI installs it (``scripts/setup.sh --dev``), so a skip would
 only hide a broken setup.
+
+``require_pi()`` is any pi reef accepts (0.73.1 or newer: ``$REEF_PI``, the project's
+``.cache/tools`` install, PATH).  ``require_pi(version)`` is the project's install of exactly
+that pi, one of :data:`TESTED_PIS`: the oldest supported and the newest tested, which
+``scripts/setup.sh --dev`` installs side by side (pi 1.x with the node it needs next to it).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from recipes.reefine.health import PI_PACKAGE, PI_VERSION, PiBinary, find_pi
+from recipes.reefine.health import PI_MIN_VERSION, PiBinary, find_pi, probe_pi
 
-__all__ = ["require_pi"]
+__all__ = ["PI_NEXT", "TESTED_PIS", "require_pi"]
+
+_TOOLS = Path(__file__).resolve().parents[2] / ".cache" / "tools"
+PI_NEXT = "1.6.0"  # the newest pi the adapter is tested with (adapters/pi/install.py installs it)
+#: each tested pi version: its npm package and the project's install of it
+TESTED_PIS = {
+    PI_MIN_VERSION: ("@mariozechner/pi-coding-agent", _TOOLS / "node_modules" / ".bin" / "pi"),
+    PI_NEXT: ("@earendil-works/pi-coding-agent", _TOOLS / f"pi-{PI_NEXT}" / "node_modules" / ".bin" / "pi"),
+}
 
 
-def require_pi() -> PiBinary:
-    """The pinned pi (its ``.path`` is the binary), or fail the calling test."""
+def require_pi(version: str | None = None) -> PiBinary:
+    """A pi reef accepts, or with ``version`` the project's pi of that version (its ``.path`` is
+    the binary); else fail the calling test."""
+    if version is not None:
+        return _require_tested(version)
     pi = find_pi()
     if pi is None:
         pytest.fail(
-            f"{PI_PACKAGE}@{PI_VERSION} not found (looked at $REEF_PI, .cache/tools/node_modules/.bin/pi "
-            "and PATH): run scripts/setup.sh --dev, or point REEF_PI at a pi "
-            f"{PI_VERSION} binary",
+            f"no pi {PI_MIN_VERSION} or newer found (looked at $REEF_PI, .cache/tools/node_modules/.bin/pi "
+            f"and PATH): run scripts/setup.sh --dev, or point REEF_PI at a pi {PI_MIN_VERSION} or newer",
+            pytrace=False,
+        )
+    return pi
+
+
+def _require_tested(version: str) -> PiBinary:
+    if version not in TESTED_PIS:
+        raise ValueError(f"pi {version} is not one of the tested pis ({', '.join(TESTED_PIS)})")
+    package, path = TESTED_PIS[version]
+    pi = probe_pi(path)
+    if pi is None or pi.version != version:
+        said = f"it is pi {pi.version}" if pi else "it is missing or does not start"
+        pytest.fail(
+            f"{package}@{version} is needed at {path} ({said}): run scripts/setup.sh --dev",
             pytrace=False,
         )
     return pi
