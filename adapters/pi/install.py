@@ -7,10 +7,11 @@ written down); this module says what is pi's: the agent dir (``PI_CODING_AGENT_D
 installed (the pinned 1.x, with a node 22 from npm next to it when the machine's node is older
 than pi 1.x needs).
 
-The provider's headers are environment-variable names that pi resolves on every request (and
-sends literally when unset, which is why ``reef-pi`` always exports them): ``x-reef-scenario``
-from ``REEF_SCENARIO`` and ``x-reef-tag-run`` from ``REEF_RUN_TAG``, a fresh id per run, so
-the records of one run can be found again for ``reef-pi report``.
+The provider's headers are read from environment variables on every request (``!printenv
+NAME``, which every supported pi runs; a request fails when one is unset, which is why ``reef-pi``
+always exports them): ``x-reef-scenario`` from ``REEF_SCENARIO`` and ``x-reef-tag-run`` from
+``REEF_RUN_TAG``, a fresh id per run, so the records of one run can be found again for
+``reef-pi report``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The verbs (``evolve``, ``versions``, ``update``, ``report``, ``learn``, ``doctor``) are the shared
 launcher core's (:mod:`adapters.launcher`); this module keeps what is pi's own: starting pi with
 its agent dir (``PI_CODING_AGENT_DIR``), the scenario and the run tag in the environment (the
-installed ``models.json`` names those variables, and pi sends a variable's name literally when it
-is unset, so they are always set), and pi's offline switches.
+installed ``models.json`` reads those variables, and a request fails when one is unset, so they
+are always set), and pi's offline switches.
 
 The installed ``reef-pi`` file (written by :mod:`adapters.pi.install`) bakes in the daemon's URL
 and the scenario and calls :func:`main`.  ``REEF_PI`` names the pi to run; ``REEF_PI_ONLINE=1``
