@@ -16,12 +16,18 @@ changes on the current release's tree; the candidate must pass every release che
 
 | check | passes when |
 |---|---|
-| ``well_formed`` | the entries are well formed and render for the adapter |
+| ``well_formed`` | the entries are well formed and render for each of the scenario's adapters |
 | ``screens`` | no credential shape, instruction override or chat-template token anywhere in the tree |
-| ``health`` | the real harness (pi, print mode, offline) starts with the candidate, routed through |
-|            | reef to the served model, and completes a health task |
+| ``health`` | each real harness (pi, Claude Code; print mode, offline) starts with the candidate, |
+|            | routed through reef to the served model, and completes a health task |
 | ``reviewer`` | a fresh-context model call judges: implements the ask, and nothing unrelated |
 | ``replay`` | usage steps (and asks, with ``replay-asks``): wins on held-out sessions (``replay.py``) |
+
+A scenario's adapters are those an installer was served for (``GET /reef/harness/install``
+notes them, ``Scenario.installed_adapters``) and ``recipe.config.adapter`` (default ``pi``): the
+proposer is told each one's facts, ``well_formed`` renders for each, and ``health`` runs each
+harness (pi's first, ``health.py``; then Claude Code's, ``health_claude.py``).  Entries one harness
+has no form for (pi extensions in Claude Code) are skipped there, and ``well_formed`` says so.
 
 A candidate that adds, changes or removes extension code (or hook-like config) waits as
 pending for a person.  The change list is kept in the step record, so a candidate whose base
@@ -39,17 +45,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from adapters.claude_code.render import skipped as skipped_by_claude
 from recipes.reefine import replay, usage
 from recipes.reefine.agent import AgentProposer, agent_available
 from recipes.reefine.health import find_pi, run_health
+from recipes.reefine.health_claude import claude_routing, find_claude, missing_claude, run_claude_health
 from recipes.reefine.judge import judge_turn
 from recipes.reefine.playbook import EditError, apply_edits, bullets
 from recipes.reefine.proposer import Proposer, StepSkipped
 from recipes.reefine.structured import Unusable, ask_json, schema
 from reef_core.errors import ConfigError, ReefError
 from reef_core.harness import (
+    ADAPTERS,
     Change,
     HarnessTree,
+    Renderer,
     Target,
     TreeError,
     changed_entries,
@@ -61,9 +71,9 @@ from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeCont
 from reef_core.learning.model import CountingModel
 from reef_core.release.screens import screen_files
 from reef_core.sessions import request_messages
-from reef_core.store import Release, Scenario, build_tree
+from reef_core.store import Release, Scenario, ScenarioReader, build_tree
 
-__all__ = ["ReefineConfig", "ReefineRecipe"]
+__all__ = ["ReefineConfig", "ReefineRecipe", "step_adapters"]
 
 HARNESS_REQUIRES = {"pi": ">=0.73.1"}
 REVIEW_SCHEMA = schema(
@@ -74,6 +84,8 @@ REVIEW_SCHEMA = schema(
         "reason": {"type": "string"},
     },
 )
+#: which of reef's inference routes each harness talks to
+_API = {"pi": "openai", "claude_code": "anthropic"}
 _JUDGE_LOOKBACK_MS = 10 * 60 * 1000  # turns this recent when a worker starts are still judged
 log = logging.getLogger(__name__)
 
@@ -87,7 +99,7 @@ Answer with one JSON object: {"implements_ask": true | false, "unrelated_changes
 
 @dataclass(frozen=True)
 class ReefineConfig:
-    adapter: str = "pi"
+    adapter: str = "pi"  # always among the adapters; installs add theirs (the module docstring)
     revisions: int = 2  # self-review "partial" → revise, at most this often
     retries: int = 2  # an unusable answer is sent back with its problem, at most this often
     model_calls: int = 12  # per step, proposer, self-review and reviewer together
@@ -188,6 +200,7 @@ class ReefineRecipe(Recipe):
         super().__init__(context)
         self.config = ReefineConfig.from_config(context.config)
         self.renderer = renderer_for(self.config.adapter)
+        self._renderers: dict[str, Renderer] = {self.config.adapter: self.renderer}
         self._taken: set[str] | None = None
         self._cursor: str | None = None
         self._queue: deque[tuple[str, dict[str, Any]]] = deque()
@@ -313,7 +326,8 @@ class ReefineRecipe(Recipe):
         base = chain.tip()
         base_tree = HarnessTree.from_files(chain.files(base)) if base else HarnessTree.empty()
         model = CountingModel(self.context.model, self.config.model_calls)
-        proposer, how = self._proposer(scenario, model)
+        adapters = self.adapters(scenario)
+        proposer, how = self._proposer(scenario, model, adapters)
         proposal = proposer.propose(base_tree, ask)
         tree = self._stamp(proposal.tree, base_tree, ask, proposal.self_review["verdict"], {"kind": "ask"})
         files = tree.files()
@@ -326,7 +340,7 @@ class ReefineRecipe(Recipe):
             "revisions": proposal.revisions,
             "retries": proposal.retries,
             "notes": list(proposal.notes),
-            "adapter": self.config.adapter,
+            "adapter": list(adapters),
             "proposer": how,
         }
         return Candidate(
@@ -359,10 +373,11 @@ class ReefineRecipe(Recipe):
         base_tree = HarnessTree.from_files(chain.files(base)) if base else HarnessTree.empty()
         model = CountingModel(self.context.model, self.config.usage_model_calls)
         did = usage.Stepped(held_out=int(payload.get("held_out", 0)))
+        adapters = self.adapters(scenario)
 
         def skipped(why: str) -> StepSkipped:
             did.why = why
-            record = {"learned_from": "usage", "usage": did.to_json(), "adapter": self.config.adapter}
+            record = {"learned_from": "usage", "usage": did.to_json(), "adapter": list(adapters)}
             self._book_step(batch, did)
             return StepSkipped(why, record=record)
 
@@ -452,7 +467,7 @@ class ReefineRecipe(Recipe):
             "design": curated.why,
             "changes": [c.to_json() for c in changed_entries(base_tree, tree)],
             "usage": did.to_json(),
-            "adapter": self.config.adapter,
+            "adapter": list(adapters),
             "proposer": "usage",
         }
         return Candidate(
@@ -468,13 +483,40 @@ class ReefineRecipe(Recipe):
         assert self._book is not None
         self._book.add({"usage": did.to_json(), "batch": {"items": list(batch.item_ids)}})
 
-    def _proposer(self, scenario: Scenario, model: CountingModel) -> tuple[Proposer | AgentProposer, str]:
+    def adapters(self, scenario: ScenarioReader) -> tuple[str, ...]:
+        """The adapters a candidate for ``scenario`` must work in: those it is installed for and
+        ``config.adapter``, in :data:`ADAPTERS` order (pi's first); read afresh each time, so an
+        install between steps counts from the next one."""
+        wanted = scenario.installed_adapters() | {self.config.adapter}
+        return tuple(name for name in ADAPTERS if name in wanted)
+
+    def _renderer(self, adapter: str) -> Renderer:
+        if adapter not in self._renderers:
+            self._renderers[adapter] = renderer_for(adapter)
+        return self._renderers[adapter]
+
+    def _facts(self, adapters: tuple[str, ...]) -> tuple[str, str]:
+        """What the proposer is told: the harness names, and each harness's facts."""
+        if len(adapters) == 1:
+            return adapters[0], self._renderer(adapters[0]).facts()
+        names = " and ".join(adapters)
+        head = (
+            f"The tree is installed for {len(adapters)} harnesses: {names}. Each entry goes to every one "
+            "of them, so write entries that work in each (an entry kind a harness has no form for is "
+            "skipped there). What each harness does with an entry:"
+        )
+        return names, "\n\n".join([head, *(self._renderer(a).facts().strip() for a in adapters)])
+
+    def _proposer(
+        self, scenario: Scenario, model: CountingModel, adapters: tuple[str, ...]
+    ) -> tuple[Proposer | AgentProposer, str]:
         """The agent proposer when REEF_PROPOSER_SANDBOX asks for it and this host can run it;
         else the text proposer, saying why."""
+        names, facts = self._facts(adapters)
         text = Proposer(
             model,
-            adapter=self.config.adapter,
-            facts=self.renderer.facts(),
+            adapter=names,
+            facts=facts,
             revisions=self.config.revisions,
             retries=self.config.retries,
             max_tokens=self.config.max_tokens,
@@ -494,7 +536,7 @@ class ReefineRecipe(Recipe):
             scenario=scenario.name,
             model=self.context.served_model,
             token=self.context.token,
-            facts=self.renderer.facts(),
+            facts=facts,
             pi=pi,
             health_timeout=self.config.health_timeout,
             health_task=self.config.health_task,
@@ -514,15 +556,23 @@ class ReefineRecipe(Recipe):
 
     def checks(self, scenario: Scenario, candidate: Candidate) -> list[Callable[[], CheckResult]]:
         work = _Work.of(scenario, candidate)
+        adapters = self.adapters(scenario)
 
         def well_formed() -> CheckResult:
             problems = work.tree.problems()
             if problems:
                 return CheckResult("well_formed", False, "; ".join(problems[:5]))
-            rendered = self.renderer.render(work.tree, self._target(scenario))
-            return CheckResult(
-                "well_formed", True, f"{len(work.tree.entries)} entries render to {len(rendered)} files"
-            )
+            counts, notes = [], []
+            for adapter in adapters:
+                try:
+                    rendered = self._renderer(adapter).render(work.tree, self._target(scenario, adapter))
+                except TreeError as exc:
+                    return CheckResult("well_formed", False, f"cannot render for {adapter}: {exc}")
+                counts.append(f"{len(rendered)} files" + (f" for {adapter}" if len(adapters) > 1 else ""))
+                if adapter == "claude_code":
+                    notes += [f"{adapter}: {line}" for line in skipped_by_claude(work.tree)]
+            detail = f"{len(work.tree.entries)} entries render to {', '.join(counts)}"
+            return CheckResult("well_formed", True, "; ".join([detail, *notes]))
 
         def screens() -> CheckResult:
             hits = screen_files(work.files)
@@ -534,25 +584,13 @@ class ReefineRecipe(Recipe):
         def health() -> CheckResult:
             if not self.config.health:
                 return CheckResult("health", True, "skipped: recipe.config.health = false")
-            pi = find_pi()
-            if pi is None:
-                missing = "pi 0.73.1 was not found: run scripts/setup.sh, or set REEF_PI"
-                return CheckResult("health", False, missing)
-            target = self._target(scenario, capture_env="REEF_CAPTURE")
-            env = {
-                "REEF_SCENARIO": scenario.name,
-                "REEF_API_KEY": self.context.token or "reef-local",
-                "REEF_CAPTURE": "false",
-            }
-            result = run_health(
-                self.renderer.render(work.tree, target),
-                env=env,
-                task=self.config.health_task,
-                timeout=self.config.health_timeout,
-                pi=pi,
-            )
-            metrics = {"health_seconds": round(result.seconds, 3)}
-            return CheckResult("health", result.passed, result.detail, metrics)
+            runs: list[CheckResult] = []
+            for adapter in adapters:  # pi's first; the first failure ends the check
+                runs.append(self._health_of(adapter, scenario, work.tree))
+                if not runs[-1].passed:
+                    break
+            metrics = {name: value for run in runs for name, value in run.metrics.items()}
+            return CheckResult("health", runs[-1].passed, "; ".join(r.detail for r in runs), metrics)
 
         def reviewer() -> CheckResult:
             lessons = _lessons_text(candidate.record)
@@ -567,12 +605,59 @@ class ReefineRecipe(Recipe):
             checks.append(replay_gate)
         return checks
 
-    def _target(self, scenario: Scenario, *, capture_env: str | None = None) -> Target:
+    def _health_of(self, adapter: str, scenario: Scenario, tree: HarnessTree) -> CheckResult:
+        """One harness's health run on ``tree``, timed as ``health_seconds`` (pi) or
+        ``claude_health_seconds``."""
+        if adapter == "pi":
+            pi = find_pi()
+            if pi is None:
+                return CheckResult(
+                    "health", False, "pi 0.73.1 was not found: run scripts/setup.sh, or set REEF_PI"
+                )
+            env = {
+                "REEF_SCENARIO": scenario.name,
+                "REEF_API_KEY": self.context.token or "reef-local",
+                "REEF_CAPTURE": "false",
+            }
+            metric = "health_seconds"
+            result = run_health(
+                self._renderer(adapter).render(
+                    tree, self._target(scenario, adapter, capture_env="REEF_CAPTURE")
+                ),
+                env=env,
+                task=self.config.health_task,
+                timeout=self.config.health_timeout,
+                pi=pi,
+            )
+        elif adapter == "claude_code":
+            claude = find_claude()
+            if claude is None:
+                return CheckResult("health", False, missing_claude())
+            target = self._target(scenario, adapter)
+            metric = "claude_health_seconds"
+            result = run_claude_health(
+                self._renderer(adapter).render(tree, target),
+                env=claude_routing(target.reef_url, scenario.name, self.context.token),
+                task=self.config.health_task,
+                timeout=self.config.health_timeout,
+                claude=claude,
+            )
+        else:
+            return CheckResult("health", True, f"{adapter}: reefine has no health check for this harness")
+        return CheckResult("health", result.passed, result.detail, {metric: round(result.seconds, 3)})
+
+    def _target(self, scenario: Scenario, adapter: str, *, capture_env: str | None = None) -> Target:
         url = self.context.daemon_url
         if url is None:
             raise ReefError("the daemon's address is not known yet (it has not started listening)")
         headers = {"x-reef-capture": capture_env} if capture_env else {}
-        return Target(reef_url=url, scenario=scenario.name, model=self.context.served_model, headers=headers)
+        return Target(
+            reef_url=url,
+            scenario=scenario.name,
+            model=self.context.served_model,
+            api=_API.get(adapter, "openai"),
+            headers=headers,
+        )
 
     def _review(self, work: _Work, ask: str, *, usage: bool = False) -> CheckResult:
         what = (
@@ -696,6 +781,17 @@ class ReefineRecipe(Recipe):
         verdict = str(record.get("self_review", {}).get("verdict", "delivers"))
         learned = {"kind": "usage"} if record.get("learned_from") == "usage" else {"kind": "ask"}
         return str(build_tree(scenario.handle.repo, self._stamp(tree, base, ask, verdict, learned).files()))
+
+
+def step_adapters(record: dict[str, Any]) -> list[str]:
+    """The adapters a step's candidate was made for: its record's ``adapter``, a list since
+    candidates are checked for every installed harness, one name in older records."""
+    value = record.get("adapter")
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(name) for name in value]
+    return []
 
 
 def _lessons_text(record: dict[str, Any]) -> str:
