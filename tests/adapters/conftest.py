@@ -3,6 +3,11 @@
 
 The daemon fixtures are the daemon tests' (``make_reef``: the basic recipe) and the reefine
 tests' (``reefine``: asks become releases, with the real pi as the health check).
+
+Which pi: ``pi_bin``, by default any pi reef accepts (``$REEF_PI``, the project's 0.73.1, PATH);
+a test marked :data:`both_pis` runs once with each tested pi (the oldest supported, 0.73.1, and
+the newest, 1.6.0 with its node; ``scripts/setup.sh --dev`` installs both, and a missing one
+fails the test).  The person's ``REEF_PI`` and the reefine daemon's health-check pi are that pi.
 """
 
 from __future__ import annotations
@@ -17,17 +22,31 @@ from typing import Any
 import httpx
 import pytest
 
+from recipes.reefine.health import PiBinary
 from tests.daemon.conftest import RunningReef, make_reef
-from tests.reefine.conftest import reefine, upstream
-from tests.reefine.pi import require_pi
+from tests.reefine.conftest import reefine as reefine_with_default_pi
+from tests.reefine.conftest import upstream
+from tests.reefine.pi import TESTED_PIS, require_pi
 
-__all__ = ["Machine", "machine", "make_reef", "reefine", "upstream"]
+__all__ = [
+    "Machine",
+    "both_pis",
+    "machine",
+    "make_reef",
+    "pi_bin",
+    "reefine",
+    "reefine_with_default_pi",
+    "upstream",
+]
 
 SCENARIO = "dev"
 
+#: run a test once with each tested pi (``pi_bin`` then is that pi)
+both_pis = pytest.mark.parametrize("pi_bin", list(TESTED_PIS), indirect=True, ids=lambda v: f"pi-{v}")
+
 
 class Machine:
-    """A HOME of its own, with ``~/.local/bin`` first on PATH, and the pinned pi as ``REEF_PI``."""
+    """A HOME of its own, with ``~/.local/bin`` first on PATH, and the pi under test as ``REEF_PI``."""
 
     def __init__(self, root: Path, pi: Path) -> None:
         self.home = root / "home"
@@ -102,8 +121,23 @@ class Machine:
 
 
 @pytest.fixture
-def machine(tmp_path: Path) -> Machine:
-    return Machine(tmp_path, require_pi().path)
+def pi_bin(request: pytest.FixtureRequest) -> PiBinary:
+    """The pi under test: any accepted one, or the tested pi of the version the test is
+    parametrized with (see :data:`both_pis`)."""
+    return require_pi(getattr(request, "param", None))
+
+
+@pytest.fixture
+def machine(tmp_path: Path, pi_bin: PiBinary) -> Machine:
+    return Machine(tmp_path, pi_bin.path)
+
+
+@pytest.fixture
+def reefine(reefine_with_default_pi, pi_bin: PiBinary, monkeypatch: pytest.MonkeyPatch):
+    """The reefine daemons' factory, their health check running ``pi_bin`` (``REEF_PI`` is read
+    when a daemon starts)."""
+    monkeypatch.setenv("REEF_PI", str(pi_bin.path))
+    return reefine_with_default_pi
 
 
 def run_records(reef: RunningReef, run_tag: str) -> list[dict[str, Any]]:

@@ -15,13 +15,15 @@ import pytest
 from adapters.pi.install import plain_http_beyond_loopback
 from reef_core.harness import Entry, HarnessTree
 from reef_core.store import Store, build_tree
-from tests.adapters.conftest import SCENARIO, Machine
+from tests.adapters.conftest import SCENARIO, Machine, run_records
+from tests.reefine.pi import PI_NEXT, require_pi
 
 SKILL_A = (
     "---\nname: bisect\ndescription: Use when a regression has an unknown cause.\n---\nRun git bisect.\n"
 )
 SKILL_B = "---\nname: tests-first\ndescription: Use when fixing a bug.\n---\nWrite a failing test first.\n"
 TOKEN = "s3cret-install-token"
+GREETING = "Hello from the scripted upstream."
 
 
 def publish(reef, *trees: HarnessTree) -> None:
@@ -90,7 +92,12 @@ def test_the_script_installs_the_release_and_a_rerun_writes_nothing(make_reef, m
     assert 'registerCommand("versions"' in (agent / "extensions/reef.ts").read_text()
     provider = json.loads((agent / "models.json").read_text())["providers"]["reef"]
     assert provider["baseUrl"] == f"{reef.url}/v1"
-    assert provider["headers"] == {"x-reef-scenario": "REEF_SCENARIO", "x-reef-tag-run": "REEF_RUN_TAG"}
+    # values every supported pi reads from the environment (reef-pi sets them)
+    assert provider["apiKey"] == "!printenv REEF_API_KEY"
+    assert provider["headers"] == {
+        "x-reef-scenario": "!printenv REEF_SCENARIO",
+        "x-reef-tag-run": "!printenv REEF_RUN_TAG",
+    }
     settings = json.loads((agent / "settings.json").read_text())
     assert settings["defaultProvider"] == "reef"
 
@@ -177,14 +184,22 @@ def test_a_wrong_pi_fails_the_install_before_anything_is_written(make_reef, mach
         timeout=60,
     )
     assert run.returncode == 1
-    assert "REEF_PI=/bin/true is not pi 0.73.1" in run.stderr
+    assert "REEF_PI=/bin/true is not pi 0.73.1 or newer" in run.stderr
     assert machine.files() == {}
+
+
+def node_is_older_than(machine: Machine, major: int, minor: int) -> bool:
+    """The node on the machine's PATH is older than ``major.minor``."""
+    said = subprocess.run(["node", "--version"], capture_output=True, text=True, env=machine.env).stdout
+    found = tuple(int(part) for part in said.strip().lstrip("v").split(".")[:2])
+    return found < (major, minor)
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_without_a_pi_the_script_installs_the_pinned_one_with_npm(make_reef, machine: Machine):
-    """npm installs from the project's npm cache, offline (what scripts/setup.sh filled)."""
+    """npm installs pi 1.6.0 (and, on a machine whose node is older than the 22.19 it needs, a
+    node next to it) from the project's npm cache, offline (what scripts/setup.sh --dev filled)."""
     cache = Path(__file__).resolve().parents[2] / ".cache" / "npm"
     if not cache.is_dir():
         pytest.fail(f"no npm cache at {cache}: run scripts/setup.sh --dev", pytrace=False)
@@ -200,13 +215,56 @@ def test_without_a_pi_the_script_installs_the_pinned_one_with_npm(make_reef, mac
         timeout=300,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    npm_pi = machine.home / ".reef" / "npm" / "bin" / "pi"
-    assert "installing pi 0.73.1" in run.stdout
-    assert machine.sidecar()["pi"] == str(npm_pi)
+    npm_bin = machine.home / ".reef" / "npm" / "bin"
+    if node_is_older_than(machine, 22, 19):
+        assert f"installing pi 1.6.0 and the node it needs into {npm_bin.parent} with npm" in run.stdout
+        node = subprocess.run([npm_bin / "node", "--version"], capture_output=True, text=True)
+        assert node.stdout.strip() == "v22.23.5"
+    else:
+        assert f"installing pi 1.6.0 into {npm_bin.parent} with npm" in run.stdout
+    assert (machine.sidecar()["pi"], machine.sidecar()["pi_version"]) == (str(npm_bin / "pi"), "1.6.0")
+    assert f"(pi: {npm_bin / 'pi'}, 1.6.0)" in run.stdout
+
+    # reef-pi runs that pi with its node, with no REEF_PI and nothing of it on PATH
+    version = machine.reef_pi("--version", REEF_PI="")
+    assert version.returncode == 0 and "1.6.0" in version.stdout + version.stderr, version.stderr
+    ran = machine.reef_pi("-p", "hi", REEF_PI="")
+    assert ran.returncode == 0 and ran.stdout.strip() == GREETING, ran.stderr
+    tag = json.loads((machine.base / "last-run.json").read_text())["tag"]
+    assert [r["tags"] for r in run_records(reef, tag)] == [{"run": tag}]
+
     # the next install finds that pi and installs nothing more
     again = subprocess.run(["sh", "-s"], input=machine.script(reef), env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "nothing written" in again.stdout
     assert "installing pi" not in again.stdout
+
+
+@pytest.mark.e2e
+def test_a_newer_pi_on_path_is_accepted_and_nothing_is_installed(make_reef, machine: Machine):
+    """pi 1.6.0 on PATH, its node next to it (older than it needs on the rest of PATH): the
+    script takes it, and reef-pi runs it with that node even when PATH no longer has either."""
+    newer = require_pi(PI_NEXT).path
+    reef = make_reef()
+    publish(reef, HarnessTree.of([Entry("skill", "bisect", SKILL_A)]))
+    env = {k: v for k, v in machine.env.items() if k != "REEF_PI"}
+    run = subprocess.run(
+        ["sh", "-s"],
+        input=machine.script(reef),
+        env={**env, "PATH": f"{newer.parent}:{env['PATH']}", "npm_config_offline": "true"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "v1 installed" in run.stdout and "installing" not in run.stdout
+    assert (machine.sidecar()["pi"], machine.sidecar()["pi_version"]) == (str(newer), PI_NEXT)
+    assert not (machine.home / ".reef" / "npm").exists()
+
+    ran = machine.reef_pi("-p", "hi", REEF_PI="")
+    assert ran.returncode == 0 and ran.stdout.strip() == GREETING, ran.stderr
+    doctor = machine.reef_pi("doctor", REEF_PI="")
+    assert doctor.returncode == 0, doctor.stdout
+    assert f"{newer} is pi {PI_NEXT}" in doctor.stdout
 
 
 @pytest.mark.parametrize(

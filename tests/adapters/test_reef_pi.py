@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from adapters.pi.launcher import main, versions_table
+from recipes.reefine.health import PiBinary
 from reef_core.harness import Entry, HarnessTree
-from tests.adapters.conftest import SCENARIO, Machine, run_records
+from tests.adapters.conftest import SCENARIO, Machine, both_pis, run_records
 from tests.adapters.test_pi_install import publish
 from tests.conftest import git
 from tests.fakes.upstream import ScriptedUpstream
@@ -30,6 +31,7 @@ def system_prompt(upstream: ScriptedUpstream) -> str:
 
 
 @pytest.mark.e2e
+@both_pis
 def test_install_run_evolve_notice_update_and_report(reefine, upstream: ScriptedUpstream, machine: Machine):
     reef = reefine()
     machine.install(reef)
@@ -139,7 +141,7 @@ def test_a_pending_release_waits_and_print_mode_will_not_approve_it(
 
 @pytest.mark.e2e
 def test_doctor_passes_then_without_the_daemon_doctor_and_a_pi_run_say_to_start_it(
-    make_reef, machine: Machine
+    make_reef, machine: Machine, pi_bin: PiBinary
 ):
     reef = make_reef()
     machine.install(reef)
@@ -166,7 +168,7 @@ def test_doctor_passes_then_without_the_daemon_doctor_and_a_pi_run_say_to_start_
     assert not (machine.base / "last-run.json").exists()  # written just before pi starts
     # pi's own --version needs no daemon: it still runs
     version = machine.reef_pi("--version")
-    assert version.returncode == 0 and "0.73.1" in version.stdout + version.stderr
+    assert version.returncode == 0 and pi_bin.version in version.stdout + version.stderr
 
 
 @pytest.mark.e2e
