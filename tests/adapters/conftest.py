@@ -46,36 +46,48 @@ both_pis = pytest.mark.parametrize("pi_bin", list(TESTED_PIS), indirect=True, id
 
 
 class Machine:
-    """A HOME of its own, with ``~/.local/bin`` first on PATH, and the pi under test as ``REEF_PI``."""
+    """A HOME of its own, with ``~/.local/bin`` first on PATH, and the harness binary under test
+    named by the adapter's variable (``REEF_PI`` here; :class:`ClaudeMachine` is Claude Code's)."""
 
-    def __init__(self, root: Path, pi: Path) -> None:
+    adapter = "pi"
+    command = "reef-pi"
+    binary_env = "REEF_PI"
+    config_dir = "agent"
+
+    def __init__(self, root: Path, binary: Path) -> None:
         self.home = root / "home"
-        self.work = self.home / "work"  # pi's cwd: no AGENTS.md above it but reef's
+        self.work = self.home / "work"  # the harness's cwd: no AGENTS.md above it but reef's
         self.work.mkdir(parents=True)
         self.env = {
             "PATH": f"{self.home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(self.home),
-            "REEF_PI": str(pi),
+            self.binary_env: str(binary),
             "LANG": "C.UTF-8",
         }
 
     @property
     def base(self) -> Path:
-        return self.home / ".reef" / "harnesses" / "pi" / SCENARIO
+        return self.home / ".reef" / "harnesses" / self.adapter / SCENARIO
 
     @property
-    def agent(self) -> Path:
-        return self.base / "agent"
+    def config(self) -> Path:
+        return self.base / self.config_dir
+
+    agent = config  # pi's name for it
 
     @property
     def launcher(self) -> Path:
-        return self.home / ".local" / "bin" / "reef-pi"
+        return self.home / ".local" / "bin" / self.command
 
     def sidecar(self) -> dict[str, Any]:
         return json.loads((self.base / "installed.json").read_text())
 
+    def last_tag(self) -> str:
+        """The run tag of the launcher's last run."""
+        return str(json.loads((self.base / "last-run.json").read_text())["tag"])
+
     def script(self, reef: RunningReef, release: str | None = None, **headers: str) -> str:
-        params = {"adapter": "pi", "scenario": SCENARIO, **({"release": release} if release else {})}
+        params = {"adapter": self.adapter, "scenario": SCENARIO, **({"release": release} if release else {})}
         response = httpx.get(f"{reef.url}/reef/harness/install", params=params, headers=headers)
         assert response.status_code == 200, response.text
         assert response.headers["content-type"].startswith("text/x-shellscript")
@@ -93,15 +105,15 @@ class Machine:
             cwd=self.home,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,
         )
         assert run.returncode == 0, f"the installer failed:\n{run.stdout}\n{run.stderr}"
         return run
 
-    def reef_pi(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-        """``reef-pi args`` from PATH, stdin closed (so pi runs in print mode)."""
+    def launch(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """The launcher (``reef-pi args``) from PATH, stdin closed (so the harness runs in print mode)."""
         return subprocess.run(
-            ["reef-pi", *args],
+            [self.command, *args],
             env={**self.env, **env},
             cwd=self.work,
             stdin=subprocess.DEVNULL,
@@ -109,6 +121,8 @@ class Machine:
             text=True,
             timeout=timeout,
         )
+
+    reef_pi = launch
 
     def files(self) -> dict[str, tuple[int, int]]:
         """Every file under HOME, with its inode and modification time: what a write changes."""
