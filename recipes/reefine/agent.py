@@ -41,7 +41,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from recipes.reefine.health import HEALTH_TASK, PI_VERSION, PiBinary, ProcessRun, pi_environment, run_captured
+from recipes.reefine.health import (
+    HEALTH_TASK,
+    PI_MIN_VERSION,
+    PiBinary,
+    ProcessRun,
+    first_line,
+    pi_environment,
+    quote,
+    run_captured,
+)
 from recipes.reefine.proposer import Proposal, StepSkipped
 from recipes.reefine.sandbox import LoopbackBridge, bwrap_command, bwrap_problem, forwarder_command
 from recipes.reefine.try_harness import read_workspace, tree_digest
@@ -138,7 +147,7 @@ def agent_available(sandbox: str | None, *, pi: PiBinary | None) -> tuple[bool, 
     if sandbox not in SANDBOXES:
         return False, f"{SANDBOX_ENV}={sandbox!r} is not one of {', '.join(SANDBOXES)}"
     if pi is None:
-        return False, f"pi {PI_VERSION} not found"
+        return False, f"pi {PI_MIN_VERSION} or newer not found"
     if sandbox == "bwrap":
         problem = bwrap_problem()
         if problem is not None:
@@ -237,7 +246,7 @@ class AgentProposer:
             if run.returncode is None:
                 raise StepSkipped(f"the agent did not finish within {self.timeout:g}s and was killed")
             if run.returncode != 0:
-                said = _quote(_first_line(run.stderr)) or "no message"
+                said = quote(first_line(run.stderr)) or "no message"
                 raise StepSkipped(f"the agent (pi) exited {run.returncode}: {said}")
             try:
                 files = read_workspace(box.workspace)
@@ -352,7 +361,7 @@ class AgentProposer:
             last = " ".join(str(tries[-1].get("findings", "")).split())
             review = {
                 "verdict": "partial",
-                "missing": f"try_harness failed on the final tree: {_quote(last)}",
+                "missing": f"try_harness failed on the final tree: {quote(last)}",
             }
             notes.append(f"try_harness ran {len(tries)} times; it failed on the final tree")
         return Proposal(design, changes, candidate, review, 0, 0, tuple(notes))
@@ -380,12 +389,3 @@ def _read_tries(log: Path) -> list[dict[str, Any]]:
 
 def _reason(exc: BaseException) -> str:
     return str(getattr(exc, "message", None) or exc)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-def _quote(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _QUOTE_LIMIT else text[: _QUOTE_LIMIT - 1] + "…"

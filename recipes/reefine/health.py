@@ -59,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from adapters.launcher import probe_version, version_at_least
 from reef_core.errors import InvalidInput
 
 __all__ = [
@@ -70,10 +71,17 @@ __all__ = [
     "PiBinary",
     "ProcessRun",
     "find_pi",
+    "first_line",
+    "indented_after",
+    "last_line",
+    "minimal_path",
     "pi_environment",
     "probe_pi",
+    "probed_version",
+    "quote",
     "run_captured",
     "run_health",
+    "validate_files",
 ]
 
 PI_PACKAGE = "@mariozechner/pi-coding-agent"  # the tested default's npm package
@@ -91,7 +99,6 @@ _ANSWER_PREVIEW = 80
 _STDERR_TAIL = 4000
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_VERSION = re.compile(r"^\s*v?(\d+\.\d+\.\d+\S*)\s*$", re.MULTILINE)
 # Lines by which pi reports a candidate it could not (fully) load; see the module docstring.
 _LOAD_FAILURE = re.compile(
     r"^(Error: Failed to load extension |Extension error \(|Warning: \([^)]*settings\) )"
@@ -143,7 +150,7 @@ def probe_pi(path: Path, *, env: Mapping[str, str] | None = None) -> PiBinary | 
     env = os.environ if env is None else env
     if not path.is_file() or not os.access(path, os.X_OK):
         return None
-    version = _version_of(str(path.resolve()), path.stat().st_mtime_ns, _minimal_path(env, path))
+    version = probed_version(str(path.resolve()), path.stat().st_mtime_ns, minimal_path(env, path))
     return PiBinary(path.absolute(), version) if version else None
 
 
@@ -165,46 +172,32 @@ def _search(env: Mapping[str, str]) -> tuple[PiBinary | None, list[str]]:
         if not os.access(path, os.X_OK):
             notes.append(f"{origin}: {path} is not executable")
             continue
-        version = _version_of(str(path.resolve()), path.stat().st_mtime_ns, _minimal_path(env, path))
-        if version and _at_least(version, PI_MIN_VERSION):
+        version = probed_version(str(path.resolve()), path.stat().st_mtime_ns, minimal_path(env, path))
+        if version is not None and version_at_least(version, PI_MIN_VERSION):
             return PiBinary(path.absolute(), version), notes
         said = f"is pi {version}" if version else "did not report a version (does its node start?)"
         notes.append(f"{origin}: {path} {said}, reef needs {PI_MIN_VERSION} or newer")
     return None, notes
 
 
-def _at_least(version: str, wanted: str) -> bool:
-    """``version`` (``X.Y.Z``, maybe with a ``-pre`` tail) is ``wanted`` or newer."""
-    try:
-        found = tuple(int(part) for part in version.split("-")[0].split(".")[:3])
-        return found >= tuple(int(part) for part in wanted.split("."))
-    except ValueError:
-        return False
-
-
 @functools.lru_cache(maxsize=32)
-def _version_of(resolved: str, mtime_ns: int, search_path: str) -> str | None:
-    """What ``pi --version`` prints, probed once per binary (a new install changes the mtime)."""
+def probed_version(
+    resolved: str,
+    mtime_ns: int,
+    search_path: str,
+    homes: tuple[str, ...] = ("HOME", "PI_CODING_AGENT_DIR"),
+    extra: tuple[tuple[str, str], ...] = (("PI_OFFLINE", "1"),),
+) -> str | None:
+    """What ``<resolved> --version`` says (pi's and Claude Code's), probed once per binary (a new
+    install changes the mtime) with ``search_path`` as PATH, each of ``homes`` pointing at a
+    fresh empty folder, and ``extra`` in the environment."""
     del mtime_ns  # part of the cache key only
-    try:
-        with tempfile.TemporaryDirectory(prefix="reef-pi-version-") as home:
-            probe = subprocess.run(
-                [resolved, "--version"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                env={"PATH": search_path, "HOME": home, "PI_CODING_AGENT_DIR": home, "PI_OFFLINE": "1"},
-                timeout=_VERSION_PROBE_TIMEOUT,
-            )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    # pi prints its version on stderr when stdin is not a terminal, on stdout otherwise
-    found = _VERSION.findall(_ANSI.sub("", probe.stdout + "\n" + probe.stderr))
-    return found[-1] if probe.returncode == 0 and found else None
+    with tempfile.TemporaryDirectory(prefix="reef-version-") as home:
+        env = {"PATH": search_path, **dict.fromkeys(homes, home), **dict(extra)}
+        return probe_version([resolved, "--version"], env, timeout=_VERSION_PROBE_TIMEOUT)
 
 
-def _minimal_path(env: Mapping[str, str], pi: Path | None = None) -> str:
+def minimal_path(env: Mapping[str, str], pi: Path | None = None) -> str:
     """The system directories plus the one holding ``node`` (pi's ``#!/usr/bin/env node``), after
     ``pi``'s own folder (not the resolved one) when given: the node an npm install put next to a pi
     that needs a newer one than the system's comes first."""
@@ -254,7 +247,7 @@ def run_health(
     environment).  The sandbox lives in a temporary directory under ``workdir`` (default: the
     system temp dir) and is removed afterwards.
     """
-    _validate(agent_files, task, timeout)
+    validate_files(agent_files, task, timeout)
     if pi is None:
         pi, notes = _search({**os.environ, **env})
         if pi is None:
@@ -272,12 +265,12 @@ def run_health(
         tail = run.stderr[-_STDERR_TAIL:]
         problem = _load_failure(run.stderr, box.agent)
         if run.returncode is None:
-            last = _quote(_last_line(run.stderr), box.agent)
+            last = quote(last_line(run.stderr), box.agent)
             detail = f"pi did not finish within {timeout:g}s and was killed" + (f": {last}" if last else "")
         elif problem:
             detail = f"pi could not load the candidate: {problem}"
         elif run.returncode != 0:
-            said = _quote(_first_line(run.stderr), box.agent) or "no message"
+            said = quote(first_line(run.stderr), box.agent) or "no message"
             cause = None
             if "models.json" in agent_files:
                 cause = _models_error(pi, box, full_env, Path(tmp))
@@ -292,18 +285,26 @@ def run_health(
         return HealthResult(False, detail, run.seconds, answer, tail)
 
 
-def _validate(agent_files: Mapping[str, bytes], task: str, timeout: float) -> None:
-    for name, content in agent_files.items():
+def validate_files(files: Mapping[str, bytes], task: str, timeout: float, *, folder: str = "agent") -> None:
+    """What a health run is given, checked: ``files`` relative paths inside the ``folder`` dir
+    (bytes, no file also a directory), a task, a positive timeout; else :class:`InvalidInput`."""
+    for name, content in files.items():
         path = PurePosixPath(name)
         if not name or path.is_absolute() or ".." in path.parts or "\\" in name or name.endswith("/"):
-            raise InvalidInput(f"agent file path {name!r} must be relative, inside the agent dir", field=name)
+            raise InvalidInput(
+                f"{folder} file path {name!r} must be relative, inside the {folder} dir", field=name
+            )
         if not isinstance(content, bytes):
-            raise InvalidInput(f"agent file {name!r} must be bytes, not {type(content).__name__}", field=name)
-    names = set(agent_files)
+            raise InvalidInput(
+                f"{folder} file {name!r} must be bytes, not {type(content).__name__}", field=name
+            )
+    names = set(files)
     for name in names:
         for parent in PurePosixPath(name).parents:
             if str(parent) in names:
-                raise InvalidInput(f"agent file {parent} is also a directory (of {name})", field=str(parent))
+                raise InvalidInput(
+                    f"{folder} file {parent} is also a directory (of {name})", field=str(parent)
+                )
     if not task.strip():
         raise InvalidInput("the health task is empty", field="task")
     if not timeout > 0:
@@ -335,7 +336,7 @@ def pi_environment(
         found = find_pi(env={**os.environ, **env})
         pi = found.path if found else None
     full = {
-        "PATH": _minimal_path(os.environ, pi),
+        "PATH": minimal_path(os.environ, pi),
         "PI_OFFLINE": "1",
         "PI_SKIP_VERSION_CHECK": "1",
         "PI_TELEMETRY": "0",
@@ -402,12 +403,13 @@ def _load_failure(stderr: str, agent: Path) -> str | None:
         if _LOAD_FAILURE.match(line):
             block = [line]
             # a ParseError names the file and position on the next, indented line
-            block += _takewhile_indented(lines[i + 1 :])
-            return _quote(" ".join(block), agent)
+            block += indented_after(lines[i + 1 :])
+            return quote(" ".join(block), agent)
     return None
 
 
-def _takewhile_indented(lines: list[str]) -> list[str]:
+def indented_after(lines: list[str]) -> list[str]:
+    """The indented lines at the start of ``lines`` (a report's continuation lines)."""
     taken = []
     for line in lines:
         if not line.strip() or not line[0].isspace():
@@ -427,21 +429,25 @@ def _models_error(pi: PiBinary, box: _Sandbox, env: dict[str, str], scratch: Pat
                 if not follow.strip() or follow.startswith("File: "):
                     break
                 reason.append(follow.strip())
-            return _quote(" ".join(reason), box.agent) or None
+            return quote(" ".join(reason), box.agent) or None
     return None
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
+    """The first line of ``text`` that is not blank, stripped."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
+    """The last line of ``text`` that is not blank, stripped."""
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
-def _quote(text: str, agent: Path) -> str:
-    """One line of pi's output: sandbox paths made relative, whitespace folded, at most 300 chars."""
-    for prefix in {str(agent), str(agent.resolve())}:
-        text = text.replace(prefix + os.sep, "")
+def quote(text: str, *folders: Path) -> str:
+    """One line of a harness's output: paths inside ``folders`` (the sandbox's) made relative,
+    the first folder's first, whitespace folded, at most 300 characters."""
+    for folder in folders:
+        for prefix in {str(folder), str(folder.resolve())}:
+            text = text.replace(prefix + os.sep, "")
     text = " ".join(text.split())
     return text if len(text) <= _QUOTE_LIMIT else text[: _QUOTE_LIMIT - 1] + "…"

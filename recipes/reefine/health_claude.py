@@ -40,12 +40,10 @@ dir would reach the prompt; a child that a hook moves into a new session escapes
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,7 +51,19 @@ from pathlib import Path, PurePosixPath
 
 from adapters.claude_code.launcher import CLAUDE_MIN_VERSION
 from adapters.claude_code.render import TRAFFIC_SWITCHES
-from recipes.reefine.health import HEALTH_TASK, HealthResult, run_captured
+from adapters.launcher import version_at_least
+from recipes.reefine.health import (
+    HEALTH_TASK,
+    HealthResult,
+    first_line,
+    indented_after,
+    last_line,
+    minimal_path,
+    probed_version,
+    quote,
+    run_captured,
+    validate_files,
+)
 from reef_core.errors import InvalidInput
 
 __all__ = [
@@ -67,14 +77,10 @@ __all__ = [
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _PROJECT_CLAUDE = _PROJECT_ROOT / ".cache" / "tools" / "claude-code" / "node_modules" / ".bin" / "claude"
-_SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
-_VERSION_PROBE_TIMEOUT = 30.0
-_QUOTE_LIMIT = 300
 _ANSWER_PREVIEW = 80
 _STDERR_TAIL = 4000
 _PLACEHOLDER_TOKEN = "reef-local"  # Claude Code will not start without some credential
 
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)\S*")
 # Claude Code's report of a settings file it could not (fully) load; problem lines follow, indented
 _SETTINGS_PROBLEM = re.compile(r"^These settings (did not load|entries were skipped)\b")
 _BLOCKED = "operation blocked by hook"
@@ -128,47 +134,23 @@ def _search(env: Mapping[str, str]) -> tuple[ClaudeBinary | None, list[str]]:
         if not os.access(path, os.X_OK):
             notes.append(f"{origin}: {path} is not executable")
             continue
-        version = _version_of(str(path.resolve()), path.stat().st_mtime_ns)
-        if version is not None and _at_least(version, CLAUDE_MIN_VERSION):
+        version = _version_of(path)
+        if version is not None and version_at_least(version, CLAUDE_MIN_VERSION):
             return ClaudeBinary(path.absolute(), version), notes
         said = f"is Claude Code {version}" if version else "did not report a version"
         notes.append(f"{origin}: {path} {said}, reef needs {CLAUDE_MIN_VERSION} or newer")
     return None, notes
 
 
-def _at_least(version: str, floor: str) -> bool:
-    def parts(text: str) -> tuple[int, ...]:
-        match = _VERSION.match(text)
-        return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
-
-    return parts(version) >= parts(floor)
-
-
-@functools.lru_cache(maxsize=32)
-def _version_of(resolved: str, mtime_ns: int) -> str | None:
-    """What ``claude --version`` prints (``2.1.332 (Claude Code)``), probed once per binary."""
-    del mtime_ns  # part of the cache key only: a new install changes it
-    try:
-        with tempfile.TemporaryDirectory(prefix="reef-claude-version-") as home:
-            probe = subprocess.run(
-                [resolved, "--version"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                env={"PATH": _path(resolved), "HOME": home, "CLAUDE_CONFIG_DIR": home, **TRAFFIC_SWITCHES},
-                timeout=_VERSION_PROBE_TIMEOUT,
-            )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = _VERSION.match(probe.stdout)
-    return ".".join(match.groups()) if probe.returncode == 0 and match else None
-
-
-def _path(binary: str) -> str:
-    """The system directories, after the binary's own (an npm install puts node next to it)."""
-    folder = str(Path(binary).parent)
-    return os.pathsep.join([folder, *(d for d in _SYSTEM_PATH if d != folder)])
+def _version_of(path: Path) -> str | None:
+    """What ``claude --version`` says (``2.1.332 (Claude Code)``), probed once per binary."""
+    return probed_version(
+        str(path.resolve()),
+        path.stat().st_mtime_ns,
+        minimal_path(os.environ, path),
+        homes=("HOME", "CLAUDE_CONFIG_DIR"),
+        extra=tuple(TRAFFIC_SWITCHES.items()),
+    )
 
 
 # -------------------------------------------------------------------------------- running claude
@@ -222,7 +204,7 @@ def run_claude_health(
         seed = {"hasCompletedOnboarding": True, "projects": {str(cwd): {"hasTrustDialogAccepted": True}}}
         (config / ".claude.json").write_text(json.dumps(seed) + "\n")
         full_env = {
-            "PATH": _path(str(claude.path)),
+            "PATH": minimal_path(os.environ, claude.path),
             "LANG": "C.UTF-8",
             "CLAUDE_CODE_MAX_RETRIES": "1",
             "REEF_CLAUDE_LAUNCHER": "true",  # reef's own hooks do nothing here (module docstring)
@@ -239,24 +221,24 @@ def run_claude_health(
         except OSError as exc:
             return HealthResult(False, f"claude could not be started: {exc}", 0.0, "", "")
 
-        def quote(text: str) -> str:
-            return _quote(text, config, root)
+        def show(text: str) -> str:
+            return quote(text, config, root)
 
         answer = run.stdout.strip()
         tail = run.stderr[-_STDERR_TAIL:]
         problem = _settings_problem(run.stderr)
         if run.returncode is None:
-            last = quote(_last_line(run.stdout) or _last_line(run.stderr))
+            last = show(last_line(run.stdout) or last_line(run.stderr))
             detail = f"claude did not finish within {timeout:g}s and was killed" + (
                 f": {last}" if last else ""
             )
         elif run.returncode != 0:
-            said = quote(_first_line(run.stdout) or _first_line(run.stderr)) or "no message"
+            said = show(first_line(run.stdout) or first_line(run.stderr)) or "no message"
             detail = f"claude exited {run.returncode}: {said}"
         elif problem:
-            detail = f"Claude Code could not load the candidate's settings: {quote(problem)}"
-        elif _BLOCKED in _first_line(run.stdout):
-            detail = f"a hook kept the health task from the model: {quote(' '.join(answer.splitlines()[:2]))}"
+            detail = f"Claude Code could not load the candidate's settings: {show(problem)}"
+        elif _BLOCKED in first_line(run.stdout):
+            detail = f"a hook kept the health task from the model: {show(' '.join(answer.splitlines()[:2]))}"
         elif not answer:
             detail = "claude exited 0 but printed no answer"
         else:
@@ -267,26 +249,9 @@ def run_claude_health(
 
 
 def _validate(files: Mapping[str, bytes], task: str, timeout: float) -> None:
-    names = set(files)
-    for name, content in files.items():
-        path = PurePosixPath(name)
-        if not name or path.is_absolute() or ".." in path.parts or "\\" in name or name.endswith("/"):
-            raise InvalidInput(
-                f"config file path {name!r} must be relative, inside the config dir", field=name
-            )
-        if not isinstance(content, bytes):
-            raise InvalidInput(
-                f"config file {name!r} must be bytes, not {type(content).__name__}", field=name
-            )
-        if name == ".claude.json":
-            raise InvalidInput("the config dir's .claude.json is the health check's own", field=name)
-        for parent in path.parents:
-            if str(parent) in names:
-                raise InvalidInput(f"config file {parent} is also a directory (of {name})", field=str(parent))
-    if not task.strip():
-        raise InvalidInput("the health task is empty", field="task")
-    if not timeout > 0:
-        raise InvalidInput(f"timeout must be positive, not {timeout!r}", field="timeout")
+    validate_files(files, task, timeout, folder="config")
+    if ".claude.json" in files:
+        raise InvalidInput("the config dir's .claude.json is the health check's own", field=".claude.json")
 
 
 def _settings_problem(stderr: str) -> str | None:
@@ -296,29 +261,7 @@ def _settings_problem(stderr: str) -> str | None:
     for i, line in enumerate(lines):
         match = _SETTINGS_PROBLEM.match(line)
         if match:
-            problems = []
-            for follow in lines[i + 1 :]:
-                if not follow.strip() or not follow[0].isspace():
-                    break
-                problems.append(follow.strip())
+            problems = [follow.strip() for follow in indented_after(lines[i + 1 :])]
             head = f"These settings {match.group(1)}"
             return f"{head}: {'; '.join(problems)}" if problems else line
     return None
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-def _last_line(text: str) -> str:
-    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
-
-
-def _quote(text: str, config: Path, root: Path) -> str:
-    """One line of claude's output: sandbox paths made relative (the config dir's first), whitespace
-    folded, at most 300 characters."""
-    for base in (config, root):
-        for prefix in {str(base), str(base.resolve())}:
-            text = text.replace(prefix + os.sep, "")
-    text = " ".join(text.split())
-    return text if len(text) <= _QUOTE_LIMIT else text[: _QUOTE_LIMIT - 1] + "…"

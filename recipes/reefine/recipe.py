@@ -612,7 +612,9 @@ class ReefineRecipe(Recipe):
             pi = find_pi()
             if pi is None:
                 return CheckResult(
-                    "health", False, "pi 0.73.1 was not found: run scripts/setup.sh, or set REEF_PI"
+                    "health",
+                    False,
+                    "pi 0.73.1 or newer was not found: run scripts/setup.sh --dev, or set REEF_PI",
                 )
             env = {
                 "REEF_SCENARIO": scenario.name,

@@ -144,7 +144,7 @@ def test_availability_names_what_is_missing():
     assert agent_available("", pi=pi) == (False, "REEF_PROPOSER_SANDBOX is unset")
     ok, why = agent_available("docker", pi=pi)
     assert not ok and "'docker'" in why and "bwrap, none" in why
-    assert agent_available("none", pi=None) == (False, "pi 0.73.1 not found")
+    assert agent_available("none", pi=None) == (False, "pi 0.73.1 or newer not found")
     assert agent_available("none", pi=pi) == (True, "")
 
 
