@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reef_core.harness.render import Target
-from reef_core.harness.tree import HarnessTree, TreeError, parse_frontmatter
+from reef_core.harness.render import Target, tree_context
+from reef_core.harness.tree import HarnessTree, TreeError
 
 __all__ = [
     "COMMANDS",
@@ -216,16 +216,9 @@ class ClaudeCodeRenderer:
             if body:
                 text = text.replace(body, "")
         parts = [text.rstrip()] if text.strip() else []
-        rules = [f"## {entry.name}\n\n{entry.content.strip()}\n" for entry in tree.of_kind("rule")]
-        if rules:
-            parts.append("# User rules\n\n" + "\n".join(rules))
-        skills = []
-        for entry in tree.of_kind("skill"):
-            front = parse_frontmatter(entry.content)
-            description = front.fields.get("description", "") if front else ""
-            skills.append(f"- {entry.name}: {description}".rstrip(": "))
-        if skills:
-            parts.append(
-                "The following skills are available for use with the Skill tool:\n\n" + "\n".join(skills)
-            )
+        parts += tree_context(
+            tree,
+            rules_title="# User rules",
+            skills_title="The following skills are available for use with the Skill tool:\n",
+        )
         return "\n\n".join(parts)

@@ -28,8 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reef_core.harness.render import Target
-from reef_core.harness.tree import HarnessTree, TreeError, parse_frontmatter
+from reef_core.harness.render import Target, tree_context
+from reef_core.harness.tree import HarnessTree, TreeError
 
 __all__ = ["CONTEXT_WINDOW", "MAX_TOKENS", "REEF_EXTENSION", "PiRenderer", "reef_extension"]
 
@@ -136,16 +136,11 @@ class PiRenderer:
         for entry in served.of_kind("rule") if served is not None else []:
             text = text.replace(f"## {entry.name}\n\n{entry.content.strip()}\n", "")
         parts = [text.rstrip()] if text.strip() else []
-        rules = [f"## {entry.name}\n\n{entry.content.strip()}\n" for entry in tree.of_kind("rule")]
-        if rules:
-            parts.append("# Harness rules (reef)\n\n" + "\n".join(rules))
-        skills = []
-        for entry in tree.of_kind("skill"):
-            front = parse_frontmatter(entry.content)
-            description = front.fields.get("description", "") if front else ""
-            skills.append(f"- {entry.name}: {description}".rstrip(": "))
-        if skills:
-            parts.append("Skills (read skills/<name>/SKILL.md when one applies):\n" + "\n".join(skills))
+        parts += tree_context(
+            tree,
+            rules_title="# Harness rules (reef)",
+            skills_title="Skills (read skills/<name>/SKILL.md when one applies):",
+        )
         return "\n\n".join(parts)
 
     @staticmethod

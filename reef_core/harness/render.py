@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from reef_core.errors import InvalidInput
-from reef_core.harness.tree import HarnessTree
+from reef_core.harness.tree import HarnessTree, parse_frontmatter
 from reef_core.ids import validate_scenario_name
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Target",
     "installer_for",
     "renderer_for",
+    "tree_context",
 ]
 
 #: adapter name -> ``package.module:Class`` of its renderer
@@ -130,6 +131,24 @@ class Installer(Protocol):
         """A self-contained POSIX sh script installing ``plan``; it never contains a token.
         Raises :class:`~reef_core.harness.tree.TreeError` when the tree cannot be rendered."""
         ...
+
+
+def tree_context(tree: HarnessTree, *, rules_title: str, skills_title: str) -> list[str]:
+    """What a harness puts in its prompt for ``tree``, as text blocks: the rules under
+    ``rules_title`` (each as ``## <name>``), then the skills, one ``- <name>: <description>`` line
+    each, under ``skills_title``; a block is left out when the tree has none."""
+    parts = []
+    rules = [f"## {entry.name}\n\n{entry.content.strip()}\n" for entry in tree.of_kind("rule")]
+    if rules:
+        parts.append(f"{rules_title}\n\n" + "\n".join(rules))
+    skills = []
+    for entry in tree.of_kind("skill"):
+        front = parse_frontmatter(entry.content)
+        description = front.fields.get("description", "") if front else ""
+        skills.append(f"- {entry.name}: {description}".rstrip(": "))
+    if skills:
+        parts.append(f"{skills_title}\n" + "\n".join(skills))
+    return parts
 
 
 def _load(registry: dict[str, str], adapter: object, unknown: str) -> Any:
