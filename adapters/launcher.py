@@ -26,6 +26,11 @@ notes the id and start time in ``last-run.json`` before it hands the process to 
 ``report`` asks the daemon for the records with that tag written since then and reports on them.
 
 Exit codes: 0 done, 1 failed, 2 usage.
+
+Starting the harness is the path every run takes, so it imports only the standard library and
+reef's small modules (ids, errors): reef's HTTP client and the release listing, which bring
+httpx and pygit2 (about 150 ms), load in the verbs that use them, and the check that the daemon
+answers is one ``urllib`` request.
 """
 
 from __future__ import annotations
@@ -43,16 +48,16 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http.client import HTTPConnection, HTTPSConnection
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from urllib.parse import quote, urlsplit
 
-import httpx
-
-from reef_core.client import DaemonUnavailable, Progress, ReefClient, approver
 from reef_core.errors import ReefError, Unauthorized
 from reef_core.ids import validate_scenario_name
-from reef_core.release.listing import approval_question, code_notice
+
+if TYPE_CHECKING:  # the client (httpx) and the release listing (pygit2) load only in the verbs
+    from reef_core.client import Progress, ReefClient
 
 __all__ = [
     "COMMANDS",
@@ -163,6 +168,8 @@ class Context:
     err: TextIO
 
     def client(self, timeout: float = 30.0) -> ReefClient:
+        from reef_core.client import ReefClient
+
         return ReefClient(self.url, self.token, timeout=timeout)
 
     def say(self, text: str = "") -> None:
@@ -298,10 +305,31 @@ def _parse(ctx: Context, verb: str, args: list[str], build: Callable[[_Parser], 
 
 def require_daemon(client: ReefClient) -> dict[str, Any]:
     """``GET /healthz``; when no daemon answers, :class:`DaemonUnavailable` saying how to start one."""
+    from reef_core.client import DaemonUnavailable
+
     try:
         return client.health()
     except DaemonUnavailable as exc:
         raise DaemonUnavailable(f"{exc.message}: start it with `reef serve`") from exc
+
+
+def daemon_answers(url: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
+    """``GET /healthz`` with the standard library (the run path's check, see the module
+    docstring; no proxy from the environment, as reef's client); raises :class:`ReefError`
+    saying how to start a daemon when none answers."""
+    parts = urlsplit(url)
+    kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+    try:
+        connection = kind(parts.hostname or "", parts.port, timeout=timeout)
+        try:
+            connection.request("GET", f"{parts.path.rstrip('/')}/healthz")
+            answered = connection.getresponse().status
+        finally:
+            connection.close()
+    except (OSError, ValueError) as exc:
+        raise ReefError(f"no reef daemon answers at {url} ({exc}): start it with `reef serve`") from exc
+    if answered != 200:
+        raise ReefError(f"{url} answers /healthz with {answered}: is it a reef daemon? (`reef serve`)")
 
 
 def run_tag(ctx: Context, args: list[str]) -> tuple[str, dict[str, Any]]:
@@ -310,8 +338,7 @@ def run_tag(ctx: Context, args: list[str]) -> tuple[str, dict[str, Any]]:
     Returns the tag and the sidecar."""
     if not ctx.harness.info_only.intersection(args):
         # the harness would fail on its first model call with a bare connection error: say why first
-        with ctx.client(timeout=HEALTH_TIMEOUT_S) as client:
-            require_daemon(client)
+        daemon_answers(ctx.url)
     installed = ctx.installed()
     tag = ctx.env.get("REEF_SESSION") or uuid.uuid4().hex
     if not _SESSION.fullmatch(tag):
@@ -450,6 +477,8 @@ def _follow(ctx: Context, client: ReefClient, ticket: str, timeout: float) -> Pr
 
 
 def _outcome(ctx: Context, client: ReefClient, progress: Progress) -> int:
+    from reef_core.client import approver
+
     result = progress.result or {}
     verdict = str(result.get("verdict") or "unknown")
     step = result.get("step")
@@ -490,6 +519,8 @@ def _outcome(ctx: Context, client: ReefClient, progress: Progress) -> int:
 
 def _approve(ctx: Context, client: ReefClient, name: str) -> bool:
     """Name the code pending step ``name`` runs, and ask to approve and install it."""
+    from reef_core.release.listing import approval_question, code_notice
+
     step: dict[str, Any] = next((s for s in client.releases(ctx.scenario)["steps"] if s["name"] == name), {})
     code = code_notice(step.get("executable"))
     if code:
@@ -609,6 +640,10 @@ def _update(ctx: Context, args: list[str]) -> int:
 
 def install(ctx: Context, release: str | None, *, stdout: Any, stderr: Any) -> subprocess.CompletedProcess:
     """Fetch the installer for ``release`` (default: the current one) and run it with ``sh``."""
+    import httpx
+
+    from reef_core.client import DaemonUnavailable
+
     params = {"adapter": ctx.harness.adapter, "scenario": ctx.scenario}
     if release:
         params["release"] = release
@@ -628,7 +663,7 @@ def install(ctx: Context, release: str | None, *, stdout: Any, stderr: Any) -> s
     )
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(response: Any) -> str:
     try:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
