@@ -45,16 +45,19 @@ if [ "$dev" = 1 ] && ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
-# tmux: the pi adapter's interactive test drives a real pi session through it (--dev only).
-if [ "$dev" = 1 ] && ! command -v tmux >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing tmux with apt-get"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
-  else
-    echo "note: tmux is missing (e.g. sudo apt-get install tmux): tests/adapters/test_pi_tmux.py will fail"
+# tmux and strace: the adapters' interactive tests drive real pi and Claude Code sessions through
+# tmux, and trace Claude Code's network calls with strace (--dev only).
+for tool in tmux strace; do
+  if [ "$dev" = 1 ] && ! command -v "$tool" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing $tool with apt-get"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+    else
+      echo "note: $tool is missing (e.g. sudo apt-get install $tool): tests/adapters/test_*_tmux.py will fail"
+    fi
   fi
-fi
+done
 
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then

@@ -10,9 +10,6 @@ but loopback" is checked, not assumed.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from reef_core.harness import Entry, HarnessTree
 from tests.adapters.claude_machine import SCENARIO, ClaudeMachine, require_claude
 from tests.adapters.test_pi_install import publish
 from tests.adapters.test_reef_claude import GREETING, RULE, SKILL, records, reports
+from tests.adapters.tmux import Pane, pane_in
 from tests.fakes.upstream import ScriptedUpstream
 
 pytestmark = pytest.mark.e2e
@@ -46,42 +44,6 @@ _PORT = re.compile(r"sin6?_port=htons\((\d+)\)")
 _LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
-class Pane:
-    """One tmux session, ``claude``, on a tmux server of the test's own."""
-
-    def __init__(self, socket: Path) -> None:
-        self.socket = socket
-
-    def tmux(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["tmux", "-S", str(self.socket), *args], capture_output=True, text=True, timeout=30
-        )
-
-    def text(self) -> str:
-        return self.tmux("capture-pane", "-p", "-J", "-S", "-300", "-t", "claude").stdout
-
-    def send(self, *keys: str) -> None:
-        self.tmux("send-keys", "-t", "claude", *keys)
-
-    def wait_for(self, pattern: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.text()
-            if re.search(pattern, text):
-                return text
-            if time.monotonic() > deadline:
-                pytest.fail(f"the pane never showed /{pattern}/ in {timeout}s; it shows:\n{text}")
-            time.sleep(0.25)
-
-    def wait_closed(self, timeout: float = 60) -> None:
-        """Until the session's command (and with it the session and the server) has exited."""
-        deadline = time.monotonic() + timeout
-        while self.tmux("has-session", "-t", "claude").returncode == 0:
-            if time.monotonic() > deadline:
-                pytest.fail(f"the session did not end in {timeout}s; it shows:\n{self.text()}")
-            time.sleep(0.25)
-
-
 @pytest.fixture
 def claude_machine(tmp_path: Path) -> ClaudeMachine:
     return ClaudeMachine(tmp_path, require_claude())
@@ -89,12 +51,7 @@ def claude_machine(tmp_path: Path) -> ClaudeMachine:
 
 @pytest.fixture
 def pane(tmp_path: Path) -> Iterator[Pane]:
-    for tool in ("tmux", STRACE):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not installed: run scripts/setup.sh --dev", pytrace=False)
-    pane = Pane(tmp_path / "tmux.sock")
-    yield pane
-    pane.tmux("kill-server")  # the test's own server only (its own socket)
+    yield from pane_in(tmp_path, "claude", STRACE)
 
 
 def peers(trace: str) -> list[tuple[str, str, int]]:

@@ -7,9 +7,6 @@ environment: the installed ``reef-pi`` on PATH and HOME in ``tmp_path``.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,45 +14,16 @@ import httpx
 import pytest
 
 from tests.adapters.conftest import SCENARIO, Machine
+from tests.adapters.tmux import Pane, pane_in
 from tests.fakes.upstream import ScriptedUpstream
 from tests.reefine.conftest import evolve, extension, skill, step
 
 pytestmark = pytest.mark.e2e
 
 
-class Pane:
-    def __init__(self, socket: Path) -> None:
-        self.socket = socket
-
-    def tmux(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["tmux", "-S", str(self.socket), *args], capture_output=True, text=True, timeout=30
-        )
-
-    def text(self) -> str:
-        return self.tmux("capture-pane", "-p", "-J", "-S", "-300", "-t", "pi").stdout
-
-    def send(self, *keys: str) -> None:
-        self.tmux("send-keys", "-t", "pi", *keys)
-
-    def wait_for(self, pattern: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.text()
-            if re.search(pattern, text):
-                return text
-            if time.monotonic() > deadline:
-                pytest.fail(f"the pane never showed /{pattern}/ in {timeout}s; it shows:\n{text}")
-            time.sleep(0.25)
-
-
 @pytest.fixture
 def pane(tmp_path: Path) -> Iterator[Pane]:
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is not installed: run scripts/setup.sh --dev", pytrace=False)
-    pane = Pane(tmp_path / "tmux.sock")
-    yield pane
-    pane.tmux("kill-server")  # the test's own server only (its own socket)
+    yield from pane_in(tmp_path, "pi")
 
 
 def test_update_notice_versions_and_approving_a_pending_release_in_interactive_pi(
