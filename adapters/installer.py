@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.launcher import Harness
 from reef_core.harness.render import InstallPlan
 from reef_core.hosts import is_loopback, url_host
 
@@ -64,18 +65,14 @@ _MARKER = re.compile(r"@@[A-Z_]+@@")
 
 @dataclass(frozen=True)
 class Spec:
-    """What one adapter's install script installs (see the module docstring)."""
+    """What one adapter's install script installs (see the module docstring): the launcher's
+    :class:`~adapters.launcher.Harness` (names, folders, the binary and its oldest accepted
+    version) and what only the installer needs."""
 
-    adapter: str  # "pi"
-    label: str  # "pi", "Claude Code"
-    config_dir: str  # "agent", "config"
-    command: str  # the launcher: "reef-pi"
+    harness: Harness
     launcher_module: str  # "adapters.pi.launcher"
-    binary: str  # "pi", "claude"
-    binary_env: str  # "REEF_PI"
     package: str  # npm package of the pinned binary
     version: str  # the pinned version npm installs
-    min_version: str  # the oldest version accepted when one is found
     #: ``module:function`` the launcher calls with its arguments before importing anything else
     #: (Claude Code's prompt hook answers most prompts there, for the cost of Python's start)
     early: str = ""
@@ -98,10 +95,10 @@ def launcher_source(
         module, _, function = spec.early.partition(":")
         early = f"from {module} import {function}\n\n{function}(sys.argv[1:])\n"
     return f'''#!{python}
-"""{spec.command}: {spec.label} routed through reef.
+"""{spec.harness.command}: {spec.harness.label} routed through reef.
 
 Written by reef's installer for scenario {scenario} from {url}; run the installer again (or
-`{spec.command} update`) to change it.  REEF_URL and REEF_SCENARIO in the environment override the
+`{spec.harness.command} update`) to change it.  REEF_URL and REEF_SCENARIO in the environment override the
 values below; REEF_TOKEN is read when the daemon wants one.
 """
 import os
@@ -170,9 +167,9 @@ def script(spec: Spec, plan: InstallPlan, files: Mapping[str, bytes], launcher: 
     sidecar = "\n".join(
         [
             "{",
-            f'  "adapter": "{spec.adapter}",',
-            f'  "{spec.binary}": @@BINARY@@,',
-            f'  "{spec.binary}_version": @@BINARY_VERSION@@,',
+            f'  "adapter": "{spec.harness.adapter}",',
+            f'  "{spec.harness.binary}": @@BINARY@@,',
+            f'  "{spec.harness.binary}_version": @@BINARY_VERSION@@,',
             f'  "commit": {_json_string(plan.commit)},',
             f'  "digest": "{digest}",',
             *extra,
@@ -198,14 +195,14 @@ def script(spec: Spec, plan: InstallPlan, files: Mapping[str, bytes], launcher: 
             f"release {target.release}" if target.release else "the empty harness (no release yet)"
         ),
         "@@PYTHON@@": shlex.quote(plan.python),
-        "@@ADAPTER@@": spec.adapter,
-        "@@LABEL@@": shlex.quote(spec.label),
-        "@@CONFIG_DIR@@": spec.config_dir,
-        "@@COMMAND@@": spec.command,
-        "@@BIN@@": spec.binary,
-        "@@BIN_ENV@@": spec.binary_env,
+        "@@ADAPTER@@": spec.harness.adapter,
+        "@@LABEL@@": shlex.quote(spec.harness.label),
+        "@@CONFIG_DIR@@": spec.harness.config_dir,
+        "@@COMMAND@@": spec.harness.command,
+        "@@BIN@@": spec.harness.binary,
+        "@@BIN_ENV@@": spec.harness.binary_env,
         "@@VERSION@@": shlex.quote(spec.version),
-        "@@MIN_VERSION@@": shlex.quote(spec.min_version),
+        "@@MIN_VERSION@@": shlex.quote(spec.harness.min_version),
         "@@PACKAGE@@": shlex.quote(spec.package),
         "@@NODE_MIN@@": shlex.quote(spec.node_min),
         "@@NODE_PACKAGE@@": shlex.quote(spec.node_package),

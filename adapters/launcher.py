@@ -36,6 +36,7 @@ answers is one ``urllib`` request.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -251,23 +252,7 @@ def main(
 
 def entry(harness: Harness) -> Callable[..., int]:
     """The ``main`` of one adapter's launcher: :func:`main` with ``harness`` given."""
-
-    def run(
-        argv: list[str],
-        *,
-        url: str,
-        scenario: str,
-        launcher: str | None = None,
-        env: Mapping[str, str] | None = None,
-        out: TextIO | None = None,
-        err: TextIO | None = None,
-    ) -> int:
-        return main(harness, argv, url=url, scenario=scenario, launcher=launcher, env=env, out=out, err=err)
-
-    run.__doc__ = (
-        f"Run ``{harness.command} argv``; returns the exit code (a harness run replaces the process)."
-    )
-    return run
+    return functools.partial(main, harness)
 
 
 def usage_text(harness: Harness) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from adapters import installer
-from adapters.claude_code.launcher import CLAUDE_MIN_VERSION
+from adapters.claude_code.launcher import CLAUDE
 from adapters.claude_code.render import ClaudeCodeRenderer, skipped
 from reef_core.harness.render import InstallPlan
 
@@ -23,17 +23,11 @@ CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 CLAUDE_VERSION = "2.1.332"
 
 SPEC = installer.Spec(
-    adapter="claude_code",
-    label="Claude Code",
-    config_dir="config",
-    command="reef-claude",
+    harness=CLAUDE,
     launcher_module="adapters.claude_code.launcher",
-    binary="claude",
-    binary_env="REEF_CLAUDE",
     early="adapters.claude_code.gate:early",
     package=CLAUDE_PACKAGE,
     version=CLAUDE_VERSION,
-    min_version=CLAUDE_MIN_VERSION,
     npm_scripts=True,
     try_line='  try: reef-claude -p "hello"   in a session: /versions, /evolve ..., /good, /bad, /feedback',
 )

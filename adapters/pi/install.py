@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from adapters import installer
 from adapters.installer import plain_http_beyond_loopback
-from adapters.pi.launcher import PI_MIN_VERSION
+from adapters.pi.launcher import PI, PI_MIN_VERSION
 from adapters.pi.render import PiRenderer
 from reef_core.harness.render import InstallPlan
 
@@ -44,16 +44,10 @@ RUN_TAG_HEADER = "x-reef-tag-run"
 RUN_TAG_ENV = "REEF_RUN_TAG"
 
 SPEC = installer.Spec(
-    adapter="pi",
-    label="pi",
-    config_dir="agent",
-    command="reef-pi",
+    harness=PI,
     launcher_module="adapters.pi.launcher",
-    binary="pi",
-    binary_env="REEF_PI",
     package=PI_PACKAGE,
     version=PI_VERSION,
-    min_version=PI_MIN_VERSION,
     node_min=PI_NODE,
     node_package=PI_NODE_PACKAGE,
     try_line='  try: reef-pi -p "hello"   ask for changes: reef-pi evolve "..."   releases: reef-pi versions',
