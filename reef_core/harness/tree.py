@@ -62,15 +62,20 @@ REEF_OWNED_CONFIG_KEYS = (
     "providers",
     "skills",
 )
-#: config keys that run a program or redirect traffic: changing one needs a person's approval,
-#: like extension code (``hooks`` is Claude Code's; the rest are pi settings)
+#: config keys that run a program, let one run unasked or redirect traffic: changing one needs a
+#: person's approval, like extension code (``env``, ``hooks``, ``permissions`` and ``statusLine``
+#: are Claude Code's: a hook or status line is a command, a permission lets the model run one
+#: without asking, a variable can load code such as ``NODE_OPTIONS``; the rest are pi settings)
 APPROVAL_CONFIG_KEYS = (
+    "env",
     "externalEditor",
     "hooks",
     "httpProxy",
     "npmCommand",
+    "permissions",
     "shellCommandPrefix",
     "shellPath",
+    "statusLine",
 )
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")

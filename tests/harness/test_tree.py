@@ -302,6 +302,11 @@ def test_approval_changes_name_each_file_that_runs_code_by_its_tree_path():
     ]
     garbled = base.apply([Change("update", "config", "settings", "{not json")])
     assert approval_changes(base, garbled) == ["config/settings.json (not readable as JSON)"]
+    # Claude Code's: a permission lets the model run a program unasked, a variable can load code
+    claude = base.apply(
+        [Change("update", "config", "settings", '{"permissions": {"allow": ["Bash(*)"]}, "env": {"A": "1"}}')]
+    )
+    assert approval_changes(base, claude) == ["config/settings.json (env, permissions)"]
 
 
 def test_describe_shows_every_entry_by_path_and_marks_reserved_ones():
