@@ -84,7 +84,11 @@ class InferenceSettings:
         None, "API key for the upstream", secret=True, env="REEF_UPSTREAM_API_KEY"
     )
     model_path: str | None = _setting(None, "a local model to serve (builtin:tiny is the embedded one)")
-    backend: str = _setting("local", "engine for a local model", choices=("local", "sglang"))
+    backend: str = _setting(
+        "local",
+        "engine for a local model (transformers: chosen for a model dir, a .gguf, a cached hub name)",
+        choices=("local", "transformers", "sglang"),
+    )
     model_cache: Path | None = _setting(
         None, "where pretrained local models are cached (default: <state>/models)"
     )

@@ -62,9 +62,10 @@ class GrpoRecipe(Recipe):
 
     def __init__(self, context: RecipeContext) -> None:
         super().__init__(context)
-        if context.engine is None:
+        if context.engine is None or not getattr(context.engine, "trainable", True):
             raise ConfigError(
-                "the grpo recipe trains the embedded model: serve --inference.model-path builtin:tiny"
+                "the grpo recipe trains the embedded model: serve --inference.model-path builtin:tiny "
+                "(training transformers models with LoRA is not built yet)"
             )
         self.engine = context.engine
         self.config = GrpoConfig.from_config(context.config)

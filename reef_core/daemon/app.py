@@ -8,6 +8,7 @@ import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -47,15 +48,33 @@ OPEN_WARNING_EVERY_S = 3600.0
 
 
 def wants_local_model(settings: Settings) -> bool:
-    """``builtin:tiny`` when asked for, and by default when no upstream is configured."""
+    """A model served in-process: ``builtin:tiny`` when asked for (and by default when no upstream
+    is configured), or a ``transformers`` model (:func:`transformers_model`)."""
     path = settings.inference.model_path
     if path is not None and path != BUILTIN_TINY:
+        return transformers_model(settings) is not None
+    return path == BUILTIN_TINY or not settings.inference.upstream_url
+
+
+def transformers_model(settings: Settings) -> Any:  # -> reef_core.models.hf.ModelSource | None
+    """The model ``--inference.model-path`` names for the ``transformers`` backend, resolved (a
+    missing or broken one is a :class:`ConfigError` naming the path, before the daemon listens);
+    None for ``builtin:tiny`` and no model path.  The backend is chosen by the path (a model
+    directory, a ``.gguf`` file, a Hugging Face cache name, ``builtin:smollm2``) or by
+    ``--inference.backend transformers``."""
+    from reef_core.models import hf
+
+    path = settings.inference.model_path
+    if path is None or path == BUILTIN_TINY:
+        return None
+    if settings.inference.backend != "transformers" and not hf.is_transformers_model(path):
         raise ConfigError(
-            f"inference.model-path {path!r}: only {BUILTIN_TINY} is served in-process "
-            "(serve other models with SGLang, --inference.backend sglang)",
+            f"inference.model-path {path!r} is not a model reef can serve in-process: give a model "
+            f"directory, a .gguf file, a Hugging Face model already in the local cache, "
+            f"{hf.BUILTIN_SMOLLM2} or {BUILTIN_TINY} (reef never downloads a model)",
             field="inference.model_path",
         )
-    return path == BUILTIN_TINY or not settings.inference.upstream_url
+    return hf.resolve(path)
 
 
 def open_without_token(settings: Settings) -> bool:
@@ -154,8 +173,13 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(harness_routes.routes)
     app.add_routes(install_routes.routes)
 
+    source = transformers_model(settings)
+
     async def start_local_model(app: web.Application) -> None:
-        engine = await asyncio.to_thread(_local_engine, Path(cache_dir), settings)
+        if source is not None:
+            engine = await asyncio.to_thread(_transformers_engine, source, Path(cache_dir))
+        else:
+            engine = await asyncio.to_thread(_local_engine, Path(cache_dir), settings)
         if engine is not None:
             daemon.upstream = daemon.engine = context.engine = engine
             daemon.upstream_format = "openai"
@@ -202,6 +226,16 @@ def _local_engine(cache_dir: Path, settings: Settings):  # -> LocalEngine | None
     log.info("loading %s (pretraining %.0fs on first use; cache: %s)", BUILTIN_TINY, seconds, cache_dir)
     checkpoint = ensure_pretrained(cache_dir / "tiny", seconds=seconds, log=log.info)
     return LocalEngine(checkpoint)
+
+
+def _transformers_engine(source: Any, cache_dir: Path) -> Any:  # -> TransformersEngine
+    """Load a ``transformers`` model (a GGUF is converted once into the model cache)."""
+    from reef_core.models import hf
+    from reef_core.upstream.transformers_engine import TransformersEngine
+
+    log.info("loading %s with transformers (cache: %s)", source.spec, cache_dir)
+    model, tokenizer = hf.load(source, cache=cache_dir)
+    return TransformersEngine(model, tokenizer, model_name=source.spec, identity=source.sha256)
 
 
 def settle_heap() -> None:

@@ -1,0 +1,474 @@
+"""A Hugging Face causal LM served in-process through ``transformers``, as an OpenAI-compatible
+upstream (``--inference.backend transformers``).
+
+Like the embedded model's engine (:mod:`reef_core.upstream.local`), it implements the daemon's
+upstream seam, so translation (Anthropic clients), relaying and recording have no special case,
+and it adds what only a local engine knows: every answer's prompt and response token ids, their
+log-probs and the weight version (``extras``), which the record keeps for training.
+
+**Generation.**  One worker thread owns the model.  Requests wait in a queue; the worker takes
+every request waiting (up to :data:`MAX_BATCH`) and decodes them together, one forward pass per
+token for the whole batch, prompts left-padded, a KV cache, each row with its own sampling
+settings (temperature, top-p, seed, stop sequences, max tokens): several clients at once cost
+little more than one, which is where the throughput of a CPU-served model comes from.  A request
+that arrives while a batch runs waits for the next one.  The loop is written here rather than
+taken from ``model.generate`` because ``generate`` samples a whole batch with one setting and
+returns only at the end; reef needs per-row settings, per-token streaming and the log-prob of
+each sampled token.
+
+**Log-probs** are those of the sampled token under the distribution it was sampled from (the
+temperature-scaled one, before top-p truncation; for temperature 0, the model's own), as the
+embedded model records them.
+
+**Streaming** is token by token: each new piece of text goes to the client's SSE stream as soon
+as it is decoded; text that could still become a stop sequence (or an incomplete UTF-8 character)
+is held back until it cannot.
+
+**Tools** are refused with a clear 400 when the model's chat template has no tool support (the
+answer could only ever be text); with a template that has, they are rendered into the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reef_core.errors import InvalidInput, UpstreamRejected
+from reef_core.upstream.client import UpstreamReply
+
+__all__ = ["MAX_BATCH", "TransformersEngine"]
+
+MAX_BATCH = 16
+_MAX_NEW_TOKENS = 1024
+_DEFAULT_NEW_TOKENS = 256
+_MAX_STOPS = 4
+
+
+@dataclass
+class _Job:
+    """One request in the worker's queue, and where its text goes."""
+
+    prompt: list[int]
+    max_new: int
+    temperature: float
+    top_p: float
+    stop: list[str]
+    generator: torch.Generator | None
+    emit: Callable[[str | None], None] | None  # a streaming client's next piece of text
+    done: Future = field(default_factory=Future)  # (text, response ids, log-probs, finish, version)
+
+
+class _LiveStream:
+    """An answer streamed as it is generated: OpenAI SSE chunks, one per new piece of text."""
+
+    status = 200
+
+    def __init__(self, pieces: asyncio.Queue, head: dict[str, Any], job: _Job, include_usage: bool) -> None:
+        self._pieces = pieces
+        self._head = head
+        self._job = job
+        self._include_usage = include_usage
+        #: filled when the answer is complete (the record reads it then)
+        self.extras: dict[str, Any] = {}
+
+    def _event(self, choices: list[dict[str, Any]], **more: Any) -> bytes:
+        return b"data: " + json.dumps({**self._head, "choices": choices, **more}).encode() + b"\n\n"
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self._event(
+            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
+        )
+        while True:
+            piece = await self._pieces.get()
+            if piece is None:
+                break
+            yield self._event([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+        text, tokens, logprobs, finish, extras = await asyncio.wrap_future(self._job.done)
+        del text, tokens, logprobs
+        self.extras.update(extras)
+        yield self._event([{"index": 0, "delta": {}, "finish_reason": finish}])
+        if self._include_usage:
+            yield self._event([], usage=_usage(self._job.prompt, extras["response_ids"]))
+        yield b"data: [DONE]\n\n"
+
+    def close(self) -> None:
+        pass
+
+
+class TransformersEngine:
+    """Implements :class:`~reef_core.upstream.seam.Answerer` for a ``transformers`` causal LM."""
+
+    configured = True
+    #: the grpo recipe trains engines that say so (LoRA on transformers models is still to come)
+    trainable = False
+
+    def __init__(self, model: Any, tokenizer: Any, *, model_name: str, identity: str = "") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.base_url: str | None = model_name
+        self.identity = identity  # the base model's sha256
+        self.device = next(model.parameters()).device
+        self.version = 0
+        self.context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+        eos = {tokenizer.eos_token_id}
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos.update(configured if isinstance(configured, list) else [configured])
+        self.eos = {int(t) for t in eos if t is not None}
+        self.pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos))
+        template = tokenizer.chat_template or ""
+        self.tools_supported = "tools" in template
+        # transformers 5 renamed the KV cache argument (and output) from past_key_values to cache
+        self._cache = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._counter = 0
+        #: how the worker has batched: batches decoded, and the most requests in one
+        self.stats = {"batches": 0, "largest": 0}
+        self._worker = threading.Thread(target=self._work, name="reef-transformers", daemon=True)
+        self._worker.start()
+
+    # -- the upstream surface ----------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes | None = None,
+        query: str = "",
+        scenario: str | None = None,
+    ) -> UpstreamReply:
+        if method == "GET" and path == "/v1/models":
+            listing = {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "reef"}],
+            }
+            return UpstreamReply(200, "application/json", json.dumps(listing).encode())
+        if method != "POST" or path != "/v1/chat/completions":
+            raise UpstreamRejected(
+                f"the local model does not serve {method} {path}",
+                status=404,
+                body=b'{"error": {"message": "not found", "type": "not_found_error"}}',
+            )
+        request = self._parse(body)
+        job = self._submit(request, emit=None)
+        text, tokens, _, finish, extras = await asyncio.wrap_future(job.done)
+        answer = {
+            **self._head(request),
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            ],
+            "usage": _usage(job.prompt, tokens),
+        }
+        return UpstreamReply(200, "application/json", json.dumps(answer).encode(), extras)
+
+    async def stream(
+        self,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        query: str = "",
+        scenario: str | None = None,
+    ) -> _LiveStream:
+        if path != "/v1/chat/completions":
+            raise UpstreamRejected(f"the local model does not serve {path}", status=404, body=b"{}")
+        request = self._parse(body)
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def emit(piece: str | None) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+        job = self._submit(request, emit=emit)
+        head = {**self._head(request), "object": "chat.completion.chunk"}
+        return _LiveStream(pieces, head, job, request["include_usage"])
+
+    async def close(self) -> None:
+        self._jobs.put(None)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _head(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._counter += 1
+        return {
+            "id": f"chatcmpl-reef-{self._counter}",
+            "created": int(time.time()),
+            "model": request["model"] or self.model_name,
+        }
+
+    def _parse(self, body: bytes | None) -> dict[str, Any]:
+        request = parse_request(body)
+        if request["tools"] and not self.tools_supported:
+            raise InvalidInput(
+                f"{self.model_name} has no tool support in its chat template: send the request without tools",
+                field="tools",
+            )
+        messages = [_flat(m, i) for i, m in enumerate(request["messages"])]
+        prompt = self.tokenizer.apply_chat_template(
+            messages,
+            tools=request["tools"] or None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        if hasattr(prompt, "input_ids"):  # a BatchEncoding from some tokenizers
+            prompt = prompt["input_ids"]
+        prompt = [int(t) for t in prompt]
+        room = self.context - len(prompt)
+        if room < 1:
+            raise InvalidInput(
+                f"the prompt is {len(prompt)} tokens; {self.model_name} reads at most {self.context}",
+                field="messages",
+            )
+        request["prompt"] = prompt
+        request["max_tokens"] = min(request["max_tokens"], room)
+        return request
+
+    def _submit(self, request: dict[str, Any], *, emit: Callable[[str | None], None] | None) -> _Job:
+        generator = None
+        if request["seed"] is not None:
+            generator = torch.Generator(device=self.device).manual_seed(request["seed"])
+        job = _Job(
+            prompt=request["prompt"],
+            max_new=request["max_tokens"],
+            temperature=request["temperature"],
+            top_p=request["top_p"],
+            stop=request["stop"],
+            generator=generator,
+            emit=emit,
+        )
+        self._jobs.put(job)
+        return job
+
+    # -- the worker --------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch = [job]
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._jobs.put(None)  # stop after this batch
+                    break
+                batch.append(more)
+            self.stats["batches"] += 1
+            self.stats["largest"] = max(self.stats["largest"], len(batch))
+            try:
+                self._decode(batch)
+            except Exception as exc:  # a failed batch fails its requests, never the worker
+                for failed in batch:
+                    if not failed.done.done():
+                        failed.done.set_exception(exc)
+                        if failed.emit is not None:
+                            failed.emit(None)
+
+    def _decode(self, jobs: list[_Job]) -> None:
+        n, width = len(jobs), max(len(j.prompt) for j in jobs)
+        ids = torch.full((n, width), self.pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, job in enumerate(jobs):
+            ids[i, width - len(job.prompt) :] = torch.tensor(job.prompt)
+            mask[i, width - len(job.prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        rows = [_Row(job) for job in jobs]
+        past = None
+        version = self.version
+        with torch.inference_mode():
+            for _ in range(max(j.max_new for j in jobs)):
+                out = self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache: past},
+                )
+                past = getattr(out, self._cache)
+                logits = out.logits[:, -1, :].float()
+                chosen = []
+                for i, row in enumerate(rows):
+                    if row.finish is None:
+                        token, logprob = _sample(logits[i], row.job)
+                        self._take(row, token, logprob)
+                    chosen.append(row.tokens[-1] if row.tokens and row.finish is None else self.pad)
+                if all(row.finish is not None for row in rows):
+                    break
+                ids = torch.tensor(chosen, device=self.device).unsqueeze(1)
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
+                positions = positions[:, -1:] + 1
+        for row in rows:
+            if row.finish is None:
+                row.finish = "length"
+            self._flush(row, final=True)
+            extras = {
+                "engine": "transformers",
+                "base": self.identity,
+                "prompt_ids": row.job.prompt,
+                "response_ids": row.tokens,
+                "logprobs": [round(x, 6) for x in row.logprobs],
+                "temperature": row.job.temperature,
+                "weight_version": version,
+            }
+            row.job.done.set_result((row.text, row.tokens, row.logprobs, row.finish, extras))
+
+    def _take(self, row: _Row, token: int, logprob: float) -> None:
+        row.tokens.append(token)
+        row.logprobs.append(logprob)
+        if token in self.eos:
+            row.finish = "stop"  # the end-of-turn token is kept in the ids (training learns to stop)
+            return
+        row.text = self.tokenizer.decode(
+            [t for t in row.tokens if t not in self.eos], skip_special_tokens=True
+        )
+        for stop in row.job.stop:
+            at = row.text.find(stop)
+            if at >= 0:
+                row.text, row.finish = row.text[:at], "stop"
+        if row.finish is None and len(row.tokens) >= row.job.max_new:
+            row.finish = "length"
+        if row.finish is None:
+            self._flush(row, final=False)
+
+    @staticmethod
+    def _flush(row: _Row, *, final: bool) -> None:
+        """Send what of the text can no longer change (or all of it, at the end)."""
+        end = len(row.text)
+        if not final:
+            hold = max((len(s) - 1 for s in row.job.stop), default=0)
+            end -= hold
+            while end > row.sent and row.text[end - 1] == "\ufffd":  # a character still incomplete
+                end -= 1
+        if end > row.sent and row.job.emit is not None:
+            row.job.emit(row.text[row.sent : end])
+        row.sent = max(row.sent, end)
+        if final and row.job.emit is not None:
+            row.job.emit(None)
+
+
+@dataclass
+class _Row:
+    job: _Job
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    sent: int = 0
+    finish: str | None = None
+
+
+def _sample(logits: torch.Tensor, job: _Job) -> tuple[int, float]:
+    """One token for a row: greedy at temperature 0, else nucleus sampling with the row's seed."""
+    if job.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        token = int(torch.argmax(logits))
+        return token, float(logp[token])
+    logp = torch.log_softmax(logits / job.temperature, dim=-1)
+    probs = logp.exp()
+    if job.top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(ordered, dim=-1) - ordered < job.top_p  # always keeps the first
+        probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+    token = int(torch.multinomial(probs, 1, generator=job.generator))
+    return token, float(logp[token])
+
+
+def _usage(prompt: list[int], response: list[int]) -> dict[str, int]:
+    return {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(response),
+        "total_tokens": len(prompt) + len(response),
+    }
+
+
+def _flat(message: Any, index: int) -> dict[str, Any]:
+    """A chat message with its content as one string (OpenAI's content parts joined)."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise InvalidInput(f"messages[{index}] must be an object with a role", field=f"messages[{index}]")
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    flat = {"role": message["role"], "content": content if isinstance(content, str) else ""}
+    if message.get("tool_calls"):
+        flat["tool_calls"] = message["tool_calls"]
+    return flat
+
+
+def parse_request(body: bytes | None) -> dict[str, Any]:
+    """A chat-completions body, checked: the sampling settings a local engine honours."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise InvalidInput(f"the request body is not valid JSON: {exc}", field="body") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("messages must be a non-empty list", field="messages")
+    max_tokens = data.get("max_completion_tokens", data.get("max_tokens", _DEFAULT_NEW_TOKENS))
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidInput("max_tokens must be a positive whole number", field="max_tokens")
+    temperature = data.get("temperature", 1.0)
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not 0 <= temperature <= 2
+    ):
+        raise InvalidInput("temperature must be a number from 0 to 2", field="temperature")
+    top_p = data.get("top_p", 1.0)
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise InvalidInput("top_p must be a number above 0, at most 1", field="top_p")
+    if data.get("n", 1) != 1:
+        raise InvalidInput("the local model answers one choice per request (n=1)", field="n")
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InvalidInput("seed must be a whole number", field="seed")
+    stop = data.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop or []
+    if (
+        not isinstance(stops, list)
+        or len(stops) > _MAX_STOPS
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise InvalidInput(f"stop must be a string or a list of at most {_MAX_STOPS} strings", field="stop")
+    tools = data.get("tools") or []
+    if not isinstance(tools, list):
+        raise InvalidInput("tools must be a list", field="tools")
+    options = data.get("stream_options") or {}
+    return {
+        "messages": messages,
+        "model": data.get("model") if isinstance(data.get("model"), str) else None,
+        "max_tokens": min(max_tokens, _MAX_NEW_TOKENS),
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "seed": seed,
+        "stop": stops,
+        "tools": tools,
+        "include_usage": bool(options.get("include_usage")) if isinstance(options, dict) else False,
+    }
