@@ -48,9 +48,13 @@ def test_aiohttp_lives_in_the_daemon_and_the_upstream_client():
 
 
 def test_torch_stays_off_the_serving_path():
-    """The daemon must run on a machine without torch: only the embedded model, its engine and
+    """The daemon must run on a machine without torch: only the local models, their engines and
     the weights recipes import it (and the daemon loads those lazily)."""
-    allowed = [ROOT / "reef_core" / "models", ROOT / "reef_core" / "upstream" / "local.py"]
+    allowed = [
+        ROOT / "reef_core" / "models",
+        ROOT / "reef_core" / "upstream" / "local.py",
+        ROOT / "reef_core" / "upstream" / "transformers_engine.py",
+    ]
     users = [p for p in _modules("reef_core") if "torch" in _imports(p)]
     assert [
         p.relative_to(ROOT) for p in users if not any(p == a or p.is_relative_to(a) for a in allowed)

@@ -56,7 +56,7 @@ def wants_local_model(settings: Settings) -> bool:
     return path == BUILTIN_TINY or not settings.inference.upstream_url
 
 
-def transformers_model(settings: Settings) -> Any:  # -> reef_core.models.hf.ModelSource | None
+def transformers_model(settings: Settings, cache: Path | None = None) -> Any:  # -> hf.ModelSource | None
     """The model ``--inference.model-path`` names for the ``transformers`` backend, resolved (a
     missing or broken one is a :class:`ConfigError` naming the path, before the daemon listens);
     None for ``builtin:tiny`` and no model path.  The backend is chosen by the path (a model
@@ -74,7 +74,7 @@ def transformers_model(settings: Settings) -> Any:  # -> reef_core.models.hf.Mod
             f"{hf.BUILTIN_SMOLLM2} or {BUILTIN_TINY} (reef never downloads a model)",
             field="inference.model_path",
         )
-    return hf.resolve(path)
+    return hf.resolve(path, cache=cache)
 
 
 def open_without_token(settings: Settings) -> bool:
@@ -173,7 +173,7 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(harness_routes.routes)
     app.add_routes(install_routes.routes)
 
-    source = transformers_model(settings)
+    source = transformers_model(settings, Path(cache_dir))
 
     async def start_local_model(app: web.Application) -> None:
         if source is not None:
@@ -230,9 +230,12 @@ def _local_engine(cache_dir: Path, settings: Settings):  # -> LocalEngine | None
 
 def _transformers_engine(source: Any, cache_dir: Path) -> Any:  # -> TransformersEngine
     """Load a ``transformers`` model (a GGUF is converted once into the model cache)."""
+    from transformers.utils import logging as transformers_logging
+
     from reef_core.models import hf
     from reef_core.upstream.transformers_engine import TransformersEngine
 
+    transformers_logging.disable_progress_bar()  # a daemon's log is lines, not progress bars
     log.info("loading %s with transformers (cache: %s)", source.spec, cache_dir)
     model, tokenizer = hf.load(source, cache=cache_dir)
     return TransformersEngine(model, tokenizer, model_name=source.spec, identity=source.sha256)
