@@ -114,14 +114,15 @@ async def one_stream(
 ) -> tuple[int, float]:
     tokens, started = 0, time.perf_counter()
     for i, prompt in enumerate(prompts):
+        counted = 0
         async with client.stream(
             "POST", f"{url}/v1/chat/completions", json=body(prompt, i, max_tokens, True)
         ) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: {") and '"usage"' in line:
                     usage = json.loads(line[6:]).get("usage")
-                    if usage:
-                        tokens += usage["completion_tokens"]
+                    counted = usage["completion_tokens"] if usage else counted  # the last one counts
+        tokens += counted
     return tokens, time.perf_counter() - started
 
 
