@@ -26,11 +26,21 @@ is held back until it cannot.
 
 **Tools** are refused with a clear 400 when the model's chat template has no tool support (the
 answer could only ever be text); with a template that has, they are rendered into the prompt.
+
+**Adapters.**  Each scenario can be served its own LoRA adapter (``peft``), its current release:
+:meth:`TransformersEngine.swap` installs one (or ``None``, the base model) with its version, from
+the next batch on.  The base model itself is never touched: adapters live on a second module tree
+that shares the base's weights (frozen; :meth:`~TransformersEngine.shared_copy`), and a scenario
+without an adapter is answered by the base model as it was loaded.  The worker decodes the
+requests of one adapter together; requests for different adapters go in separate batches, one
+after the other.  A swap waits for the batch in flight (the worker holds the lock while it
+decodes), so no answer mixes two versions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import json
 import queue
@@ -38,20 +48,29 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from reef_core.errors import InvalidInput, UpstreamRejected
+from reef_core.errors import ConfigError, InvalidInput, UpstreamRejected
 from reef_core.upstream.client import UpstreamReply
 
-__all__ = ["MAX_BATCH", "TransformersEngine"]
+__all__ = ["LORA_DEFAULTS", "MAX_BATCH", "TransformersEngine"]
 
 MAX_BATCH = 16
 _MAX_NEW_TOKENS = 1024
 _DEFAULT_NEW_TOKENS = 256
 _MAX_STOPS = 4
+#: the adapter an engine builds when a swap names no settings (``adapter_config.json`` keys)
+LORA_DEFAULTS: dict[str, Any] = {
+    "peft_type": "LORA",
+    "r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.0,
+    "target_modules": ["k_proj", "o_proj", "q_proj", "v_proj"],
+    "bias": "none",
+}
 
 
 @dataclass
@@ -65,6 +84,7 @@ class _Job:
     stop: list[str]
     generator: torch.Generator | None
     emit: Callable[[str | None], None] | None  # a streaming client's next piece of text
+    scenario: str | None = None  # whose adapter answers
     done: Future = field(default_factory=Future)  # (text, response ids, log-probs, finish, version)
 
 
@@ -105,6 +125,18 @@ class _LiveStream:
         pass
 
 
+@dataclass(frozen=True, eq=False)
+class _Served:
+    """What one scenario is served: a ``peft`` adapter (``None``: the base model) and its version."""
+
+    adapter: str | None
+    version: int
+    config: dict[str, Any] | None = None
+
+
+_BASE = _Served(None, 0)
+
+
 class TransformersEngine:
     """Implements :class:`~reef_core.upstream.seam.Answerer` for a ``transformers`` causal LM."""
 
@@ -119,7 +151,6 @@ class TransformersEngine:
         self.base_url: str | None = model_name
         self.identity = identity  # the base model's sha256
         self.device = next(model.parameters()).device
-        self.version = 0
         self.context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
         eos = {tokenizer.eos_token_id}
         configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -132,10 +163,103 @@ class TransformersEngine:
         self._cache = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._counter = 0
+        self._served: dict[str, _Served] = {}
+        self._adapted: Any = None  # the peft model over a shared copy, built at the first adapter
+        self._names = 0
+        self._lock = threading.Lock()  # held while a batch decodes; a swap waits for it
         #: how the worker has batched: batches decoded, and the most requests in one
         self.stats = {"batches": 0, "largest": 0}
         self._worker = threading.Thread(target=self._work, name="reef-transformers", daemon=True)
         self._worker.start()
+
+    # -- weights -----------------------------------------------------------------------------
+
+    def version(self, scenario: str | None) -> int:
+        """The weight version ``scenario`` is served (0: the base model)."""
+        return self._served.get(scenario or "", _BASE).version
+
+    def shared_copy(self) -> Any:
+        """A copy of the base model whose modules are its own but whose weights are the base's
+        tensors (frozen, never copied): wrapping it with adapters, or training them on it, leaves
+        the base model and what it serves untouched."""
+        memo: dict[int, Any] = {}
+        for tensor in self.model.parameters():
+            memo[id(tensor)] = torch.nn.Parameter(tensor.data, requires_grad=False)
+        for tensor in self.model.buffers():
+            memo[id(tensor)] = tensor
+        return copy.deepcopy(self.model, memo).eval()
+
+    def adapter_state(self, scenario: str | None) -> tuple[dict[str, torch.Tensor] | None, int]:
+        """A private copy of the adapter ``scenario`` is served (``None``: the base model), in
+        ``adapter_model.safetensors``' names, and its version."""
+        from peft import get_peft_model_state_dict
+
+        with self._lock:
+            served = self._served.get(scenario or "", _BASE)
+            if served.adapter is None:
+                return None, served.version
+            state = get_peft_model_state_dict(self._adapted, adapter_name=served.adapter)
+            return {k: v.detach().clone() for k, v in state.items()}, served.version
+
+    def swap(
+        self,
+        scenario: str,
+        adapter_state: Mapping[str, torch.Tensor] | None,
+        version: int,
+        *,
+        config: Mapping[str, Any] | None = None,
+    ) -> float:
+        """Serve ``adapter_state`` (LoRA weights in ``adapter_model.safetensors``' names, with
+        ``config`` as in ``adapter_config.json``; default :data:`LORA_DEFAULTS`) to ``scenario``
+        from the next batch on, or the base model for ``None``; returns the seconds it took
+        (including the wait for the batch in flight).  An adapter that does not fit the model is
+        refused and what was served stays."""
+        started = time.perf_counter()
+        settings = _lora_settings(config)
+        with self._lock:
+            old = self._served.get(scenario, _BASE)
+            new = _Served(None, version)
+            if adapter_state is not None:
+                new = _Served(self._install(dict(adapter_state), settings), version, settings)
+            if old.adapter is not None:
+                self._adapted.delete_adapter(old.adapter)
+            self._served[scenario] = new
+        return time.perf_counter() - started
+
+    def _install(self, state: dict[str, torch.Tensor], settings: dict[str, Any]) -> str:
+        """A new adapter holding ``state``; its name.  Called under the lock."""
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        self._names += 1
+        name = f"reef{self._names}"
+        known = {f.name for f in fields(LoraConfig)} - {"peft_type"}
+        try:
+            lora = LoraConfig(**{k: v for k, v in settings.items() if k in known})
+            if self._adapted is None:
+                self._adapted = get_peft_model(self.shared_copy(), lora, adapter_name=name)
+            else:
+                self._adapted.add_adapter(name, lora)
+        except (TypeError, ValueError) as exc:  # settings peft refuses, modules the model lacks
+            if self._adapted is not None and name in self._adapted.peft_config:
+                self._adapted.delete_adapter(name)
+            raise ConfigError(f"the adapter's settings do not fit {self.model_name}: {exc}") from exc
+        try:
+            loaded: Any = set_peft_model_state_dict(self._adapted, state, adapter_name=name)
+            expected = {k for k in self._adapted.state_dict() if f".{name}." in k}
+            missing = expected & set(loaded.missing_keys)
+            if loaded.unexpected_keys or missing:
+                raise ConfigError(
+                    f"the adapter does not fit {self.model_name}: "
+                    f"{len(loaded.unexpected_keys)} unknown and {len(missing)} missing tensors"
+                )
+        except RuntimeError as exc:  # shapes that do not match the model
+            self._adapted.delete_adapter(name)
+            raise ConfigError(f"the adapter does not fit {self.model_name}: {exc}") from exc
+        except ConfigError:
+            self._adapted.delete_adapter(name)
+            raise
+        self._adapted.eval()
+        return name
 
     # -- the upstream surface ----------------------------------------------------------------
 
@@ -162,7 +286,7 @@ class TransformersEngine:
                 body=b'{"error": {"message": "not found", "type": "not_found_error"}}',
             )
         request = self._parse(body)
-        job = self._submit(request, emit=None)
+        job = self._submit(request, emit=None, scenario=scenario)
         text, tokens, _, finish, extras = await asyncio.wrap_future(job.done)
         answer = {
             **self._head(request),
@@ -197,7 +321,7 @@ class TransformersEngine:
         def emit(piece: str | None) -> None:
             loop.call_soon_threadsafe(pieces.put_nowait, piece)
 
-        job = self._submit(request, emit=emit)
+        job = self._submit(request, emit=emit, scenario=scenario)
         head = {**self._head(request), "object": "chat.completion.chunk"}
         return _LiveStream(pieces, head, job, request["include_usage"])
 
@@ -242,7 +366,13 @@ class TransformersEngine:
         request["max_tokens"] = min(request["max_tokens"], room)
         return request
 
-    def _submit(self, request: dict[str, Any], *, emit: Callable[[str | None], None] | None) -> _Job:
+    def _submit(
+        self,
+        request: dict[str, Any],
+        *,
+        emit: Callable[[str | None], None] | None,
+        scenario: str | None = None,
+    ) -> _Job:
         generator = None
         if request["seed"] is not None:
             generator = torch.Generator(device=self.device).manual_seed(request["seed"])
@@ -254,6 +384,7 @@ class TransformersEngine:
             stop=request["stop"],
             generator=generator,
             emit=emit,
+            scenario=scenario,
         )
         self._jobs.put(job)
         return job
@@ -275,18 +406,24 @@ class TransformersEngine:
                     self._jobs.put(None)  # stop after this batch
                     break
                 batch.append(more)
-            self.stats["batches"] += 1
-            self.stats["largest"] = max(self.stats["largest"], len(batch))
-            try:
-                self._decode(batch)
-            except Exception as exc:  # a failed batch fails its requests, never the worker
-                for failed in batch:
-                    if not failed.done.done():
-                        failed.done.set_exception(exc)
-                        if failed.emit is not None:
-                            failed.emit(None)
+            with self._lock:
+                groups: dict[tuple[str | None, int], tuple[_Served, list[_Job]]] = {}
+                for each in batch:
+                    served = self._served.get(each.scenario or "", _BASE)
+                    groups.setdefault((served.adapter, served.version), (served, []))[1].append(each)
+                for served, jobs in groups.values():
+                    self.stats["batches"] += 1
+                    self.stats["largest"] = max(self.stats["largest"], len(jobs))
+                    try:
+                        self._decode(jobs, served)
+                    except Exception as exc:  # a failed batch fails its requests, never the worker
+                        for failed in jobs:
+                            if not failed.done.done():
+                                failed.done.set_exception(exc)
+                                if failed.emit is not None:
+                                    failed.emit(None)
 
-    def _decode(self, jobs: list[_Job]) -> None:
+    def _decode(self, jobs: list[_Job], served: _Served) -> None:
         n, width = len(jobs), max(len(j.prompt) for j in jobs)
         ids = torch.full((n, width), self.pad, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
@@ -297,10 +434,13 @@ class TransformersEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows = [_Row(job) for job in jobs]
         past = None
-        version = self.version
+        version, model = served.version, self.model
+        if served.adapter is not None:
+            self._adapted.set_adapter(served.adapter)
+            model = self._adapted.base_model.model  # the shared copy, with the adapters in it
         with torch.inference_mode():
             for _ in range(max(j.max_new for j in jobs)):
-                out = self.model(
+                out = model(
                     input_ids=ids,
                     attention_mask=mask,
                     position_ids=positions,
@@ -393,6 +533,17 @@ def _sample(logits: torch.Tensor, job: _Job) -> tuple[int, float]:
         probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
     token = int(torch.multinomial(probs, 1, generator=job.generator))
     return token, float(logp[token])
+
+
+def _lora_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``adapter_config.json`` settings, normalised so that equal settings compare equal."""
+    settings = dict(LORA_DEFAULTS if config is None else config)
+    if str(settings.get("peft_type", "LORA")).upper() != "LORA":
+        raise ConfigError(f"the adapter is {settings['peft_type']}; the engine serves LoRA adapters")
+    targets = settings.get("target_modules")
+    if isinstance(targets, (list, tuple, set)):
+        settings["target_modules"] = sorted(targets)
+    return settings
 
 
 def _usage(prompt: list[int], response: list[int]) -> dict[str, int]:
