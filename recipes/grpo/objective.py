@@ -1,17 +1,39 @@
-"""The policy-gradient step and the off-policy score estimate (torch)."""
+"""The policy-gradient step and the off-policy score estimate (torch).
+
+Both work on any :class:`Policy`: the embedded model (``TinyLM``) trained whole, or a LoRA
+adapter on a ``transformers`` model (:class:`recipes.grpo.lora.LoraPolicy`).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from recipes.grpo.samples import Sample
-from reef_core.models.tiny import TinyLM
 
-__all__ = ["Estimate", "StepStats", "estimate_reward", "group_advantages", "policy_step"]
+__all__ = ["Estimate", "Policy", "Scorer", "StepStats", "estimate_reward", "group_advantages", "policy_step"]
+
+
+class Scorer(Protocol):
+    def sequence_logprobs(
+        self, prompts: list[list[int]], responses: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log-probs, mask)`` of each response token, ``[B, longest response]``."""
+        ...
+
+
+class Policy(Scorer, Protocol):
+    """What a policy-gradient step trains: a scorer with parameters."""
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -42,8 +64,8 @@ def _batch(samples: Sequence[Sample]) -> tuple[list[list[int]], list[list[int]]]
 
 
 def policy_step(
-    model: TinyLM,
-    reference: TinyLM,
+    model: Policy,
+    reference: Scorer,
     optimizer: torch.optim.Optimizer,
     weighted: Sequence[tuple[Sample, float]],
     *,
@@ -93,7 +115,7 @@ class Estimate:
 
 
 @torch.no_grad()
-def estimate_reward(model: TinyLM, samples: Sequence[Sample]) -> Estimate:
+def estimate_reward(model: Scorer, samples: Sequence[Sample]) -> Estimate:
     """Expected reward of ``model`` on answers scored by people, by self-normalised importance
     sampling against the policy that wrote them.
 
