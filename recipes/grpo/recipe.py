@@ -1,4 +1,12 @@
-"""The grpo recipe: scored answers of the embedded model → a better model, release by release."""
+"""The grpo recipe: scored answers of the served model → a better model, release by release.
+
+On the embedded model (``builtin:tiny``) a step trains all the weights and a release holds them
+(``weights/model.safetensors``).  On a ``transformers`` model a step trains a LoRA adapter
+(:mod:`recipes.grpo.lora`) and a release holds the adapter (``weights/adapter_model.safetensors``
+and ``weights/adapter_config.json``) and names the base model it was trained on (spec and
+sha256); the first release is the base itself, with no adapter.  A release is never served on
+another base.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +17,26 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 
-from recipes.grpo.objective import estimate_reward, group_advantages, policy_step
+from recipes.grpo.lora import LoraPolicy, LoraSettings, state_digest
+from recipes.grpo.objective import Scorer, estimate_reward, group_advantages, policy_step
 from recipes.grpo.samples import Sample, read_scored
 from reef_core.errors import ConfigError, StoreError
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
 from reef_core.models.tiny import TinyLM, checkpoint, corpus, prompt_ids
 from reef_core.store import GITATTRIBUTES, Release, Scenario, build_tree, parse_pointer, read_lfs, store_lfs
+from reef_core.upstream.transformers_engine import TransformersEngine
 
 __all__ = ["GrpoConfig", "GrpoRecipe"]
 
 WEIGHTS = "weights/model.safetensors"
 CONFIG = "weights/config.json"
+ADAPTER = "weights/adapter_model.safetensors"
+ADAPTER_CONFIG = "weights/adapter_config.json"
+MANIFEST = "reef-release.json"
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -35,8 +50,13 @@ class GrpoConfig:
     heldout_every: int = 5  # one prompt in this many is held out: scored, never trained on
     heldout_min: int = 16  # held-out answers needed before the score check can judge
     heldout_tolerance: float = 0.02  # how far the held-out estimate may dip (noise) and still pass
-    min_distinct_bytes: int = 12  # below this across sample answers, the text has collapsed
+    min_distinct_bytes: int = (
+        12  # below this across sample answers, the text has collapsed (tokens, on transformers)
+    )
     seed: int = 0
+    lora: bool = True  # transformers models: train a LoRA adapter (all weights is not built)
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GrpoConfig:
@@ -48,6 +68,11 @@ class GrpoConfig:
             if key not in known:
                 raise ConfigError(f"unknown grpo setting recipe.config.{key}", field=f"recipe.config.{key}")
             kind: type[Any] = type(known[key].default)
+            if kind is bool and isinstance(value, str):
+                if value.lower() not in _TRUE | _FALSE:
+                    raise ConfigError(f"recipe.config.{key} must be true or false", field=key)
+                values[key] = value.lower() in _TRUE
+                continue
             try:
                 values[key] = kind(value)
             except (TypeError, ValueError):
@@ -64,11 +89,20 @@ class GrpoRecipe(Recipe):
         super().__init__(context)
         if context.engine is None or not getattr(context.engine, "trainable", True):
             raise ConfigError(
-                "the grpo recipe trains the embedded model: serve --inference.model-path builtin:tiny "
-                "(training transformers models with LoRA is not built yet)"
+                "the grpo recipe trains a model reef serves: --inference.model-path builtin:tiny, "
+                "builtin:smollm2 or another transformers model"
             )
         self.engine = context.engine
         self.config = GrpoConfig.from_config(context.config)
+        #: a transformers model: steps train a LoRA adapter, releases hold it
+        self.adapters = isinstance(self.engine, TransformersEngine)
+        if self.adapters and not self.config.lora:
+            raise ConfigError(
+                "recipe.config.lora false (training all the weights of a transformers model) is not "
+                "built: grpo trains a LoRA adapter on transformers models (leave recipe.config.lora true)",
+                field="recipe.config.lora",
+            )
+        self._policy: LoraPolicy | None = None
         self._cursor: str | None = None
         self._groups: dict[str, list[Sample]] = {}
         self._heldout: list[Sample] = []
@@ -82,7 +116,11 @@ class GrpoRecipe(Recipe):
     def attach(self, scenario: Scenario) -> None:
         """A new scenario starts at v1, the pretrained model; an old one is served its tip."""
         tip = scenario.releases.tip()
-        if tip is None:
+        if tip is None and self.adapters:
+            manifest = {"recipe": "grpo", "origin": f"base {self.engine.model_name}", "base": self._base()}
+            tree = self._adapter_tree(scenario, None, manifest)
+            tip = scenario.releases.publish(tree, expected=None, operation="creation", verdict="base model")
+        elif tip is None:
             model = self.engine.base_model()
             tree = self._tree(scenario, model, {"recipe": "grpo", "origin": "pretrained builtin:tiny"})
             tip = scenario.releases.publish(tree, expected=None, operation="creation", verdict="pretrained")
@@ -90,6 +128,14 @@ class GrpoRecipe(Recipe):
 
     def deliver(self, scenario: Scenario, release: Release) -> None:
         files = scenario.releases.files(release)
+        if self.adapters:
+            self._deliver_adapter(scenario, release, files)
+            return
+        if ADAPTER in files:
+            raise StoreError(
+                f"{release.name} of {scenario.name} holds a LoRA adapter for a transformers model; "
+                f"{self.engine.model_name} is served"
+            )
         pointer = parse_pointer(files.get(WEIGHTS, b""))
         if pointer is None:
             raise StoreError(f"{release.name} of {scenario.name} holds no {WEIGHTS}")
@@ -97,6 +143,51 @@ class GrpoRecipe(Recipe):
         seconds = self.engine.swap(scenario.name, state, release.number)
         self.stats["swap_seconds"].append(round(seconds, 4))
         self.stats["serving"] = release.name
+
+    def _base(self) -> dict[str, str]:
+        return {"spec": self.engine.model_name, "sha256": self.engine.identity}
+
+    def _deliver_adapter(self, scenario: Scenario, release: Release, files: dict[str, bytes]) -> None:
+        try:
+            manifest = json.loads(files.get(MANIFEST, b"{}"))
+        except ValueError as exc:
+            raise StoreError(f"{release.name} of {scenario.name} has an unreadable {MANIFEST}") from exc
+        base = manifest.get("base") if isinstance(manifest, dict) else None
+        sha256 = base.get("sha256") if isinstance(base, dict) else None
+        if sha256 != self.engine.identity:
+            raise StoreError(
+                f"{release.name} of {scenario.name} was trained on base model sha256 {sha256 or '(none)'}; "
+                f"the served {self.engine.model_name} is sha256 {self.engine.identity}: "
+                "a release is never served on another base"
+            )
+        state, config = None, None
+        if ADAPTER in files:
+            pointer = parse_pointer(files[ADAPTER])
+            if pointer is None:
+                raise StoreError(f"{release.name} of {scenario.name}: {ADAPTER} is not in LFS")
+            state = safetensors.torch.load_file(str(read_lfs(scenario.path, pointer)))
+            config = json.loads(files.get(ADAPTER_CONFIG, b"null"))
+        seconds = self.engine.swap(scenario.name, state, release.number, config=config)
+        self.stats["swap_seconds"].append(round(seconds, 4))
+        self.stats["serving"] = release.name
+
+    def _adapter_tree(
+        self, scenario: Scenario, state: dict[str, torch.Tensor] | None, manifest: dict[str, Any]
+    ) -> str:
+        repo = scenario.handle.repo
+        files: dict[str, Any] = {
+            ".gitattributes": GITATTRIBUTES,
+            MANIFEST: json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n",
+        }
+        if state is not None:
+            blob, _pointer = store_lfs(repo, scenario.path, safetensors.torch.save(state))
+            config = self._lora().adapter_config(self.engine.model_name)
+            files[ADAPTER] = blob
+            files[ADAPTER_CONFIG] = json.dumps(config, indent=2, sort_keys=True).encode() + b"\n"
+        return str(build_tree(repo, files))
+
+    def _lora(self) -> LoraSettings:
+        return LoraSettings(rank=self.config.lora_rank, alpha=self.config.lora_alpha)
 
     def _tree(self, scenario: Scenario, model: TinyLM, manifest: dict[str, Any]) -> str:
         repo = scenario.handle.repo
@@ -156,6 +247,8 @@ class GrpoRecipe(Recipe):
         weighted = group_advantages(batch.payload)
         if not weighted:
             raise ValueError("no signal: every answer in each group scored the same")
+        if self.adapters:
+            return self._propose_adapter(scenario, weighted)
         if self._trainer is None or self._optimizer is None or self._reference is None:
             torch.manual_seed(self.config.seed)
             trainer = self.engine.base_model()
@@ -199,29 +292,122 @@ class GrpoRecipe(Recipe):
             payload=(served, candidate_model),
         )
 
+    def _propose_adapter(self, scenario: Scenario, weighted: list[tuple[Sample, float]]) -> Candidate:
+        if self._policy is None or self._optimizer is None:
+            self._policy = LoraPolicy(self.engine, self._lora(), seed=self.config.seed)
+            self._optimizer = torch.optim.AdamW(self._policy.parameters(), lr=abs(self.config.lr))
+        policy = self._policy
+        if self.config.lr < 0:
+            weighted = [(s, -a) for s, a in weighted]
+        served, version = self.engine.adapter_state(scenario.name)
+        policy.load(served)
+        started = time.perf_counter()
+        stats = policy_step(
+            policy,
+            policy.reference(),
+            self._optimizer,
+            weighted,
+            kl_coef=self.config.kl,
+            clip=self.config.clip,
+        )
+        train_seconds = time.perf_counter() - started
+        self.stats["train_seconds"].append(round(train_seconds, 4))
+        state = policy.state()
+        metrics = {
+            "loss": stats.loss,
+            "kl": stats.kl,
+            "clipped": stats.clipped,
+            "train_reward_mean": stats.reward_mean,
+            "train_seconds": round(train_seconds, 4),
+        }
+        base = self._base()
+        manifest = {
+            "recipe": "grpo",
+            "trained_from_version": version,
+            "samples": stats.samples,
+            "metrics": metrics,
+            "base": base,
+            "adapter": {"r": self.config.lora_rank, "lora_alpha": self.config.lora_alpha},
+        }
+        tree = self._adapter_tree(scenario, state, manifest)
+        return Candidate(
+            tree=tree,
+            operation="training",
+            record={
+                "metrics": metrics,
+                "trained_from_version": version,
+                "samples": stats.samples,
+                "base": base,
+            },
+            payload=(policy.view(served), policy.view(state), served, state),
+        )
+
+    def _heldout_check(self, served: Scorer, model: Scorer) -> CheckResult:
+        samples = list(self._heldout)
+        if len(samples) < self.config.heldout_min:  # never asked for: next_batch waits for these
+            return CheckResult("heldout_score", False, f"only {len(samples)} held-out answers")
+        now = estimate_reward(served, samples)
+        new = estimate_reward(model, samples)
+        judged = new.effective_samples >= max(4.0, 0.25 * len(samples))
+        passed = judged and new.reward >= now.reward - self.config.heldout_tolerance
+        detail = f"held-out estimate {now.reward:.3f} → {new.reward:.3f} on {len(samples)} answers"
+        if not judged:
+            detail += f" (too far from the scored answers to judge: {new.effective_samples:.1f} effective)"
+        metrics = {
+            "heldout_current": now.reward,
+            "heldout_candidate": new.reward,
+            "heldout_effective": new.effective_samples,
+            "heldout_samples": float(len(samples)),
+        }
+        return CheckResult("heldout_score", passed, detail, metrics)
+
+    def _adapter_checks(self, candidate: Candidate) -> list:
+        served_view, candidate_view, served, state = candidate.payload
+        policy = self._policy
+        assert policy is not None  # a candidate was proposed
+
+        def heldout_score() -> CheckResult:
+            with torch.no_grad():
+                return self._heldout_check(served_view, candidate_view)
+
+        def no_collapse() -> CheckResult:
+            tokenizer = self.engine.tokenizer
+            prompts = [
+                list(
+                    tokenizer.apply_chat_template(
+                        [{"role": "user", "content": p}],
+                        add_generation_prompt=True,
+                        tokenize=True,
+                        return_dict=False,
+                    )
+                )
+                for p in corpus.heldout_prompts(n=8)
+            ]
+            policy.load(state)
+            answers = policy.greedy(prompts, max_new_tokens=48)
+            distinct = len({t for a in answers for t in a})
+            mean_len = sum(len(a) for a in answers) / len(answers)
+            passed = distinct >= self.config.min_distinct_bytes and mean_len >= 2
+            return CheckResult(
+                "no_collapse",
+                passed,
+                f"{distinct} distinct tokens, mean length {mean_len:.1f}",
+                {"distinct_tokens": float(distinct), "mean_length": mean_len},
+            )
+
+        def weights_moved() -> CheckResult:
+            before, after = state_digest(served), state_digest(state)
+            return CheckResult("weights_moved", before != after, f"{before} → {after}")
+
+        return [heldout_score, no_collapse, weights_moved]
+
     def checks(self, scenario: Scenario, candidate: Candidate) -> list:
+        if self.adapters:
+            return self._adapter_checks(candidate)
         served, model = candidate.payload
 
         def heldout_score() -> CheckResult:
-            samples = list(self._heldout)
-            if len(samples) < self.config.heldout_min:  # never asked for: next_batch waits for these
-                return CheckResult("heldout_score", False, f"only {len(samples)} held-out answers")
-            now = estimate_reward(served, samples)
-            new = estimate_reward(model, samples)
-            judged = new.effective_samples >= max(4.0, 0.25 * len(samples))
-            passed = judged and new.reward >= now.reward - self.config.heldout_tolerance
-            detail = f"held-out estimate {now.reward:.3f} → {new.reward:.3f} on {len(samples)} answers"
-            if not judged:
-                detail += (
-                    f" (too far from the scored answers to judge: {new.effective_samples:.1f} effective)"
-                )
-            metrics = {
-                "heldout_current": now.reward,
-                "heldout_candidate": new.reward,
-                "heldout_effective": new.effective_samples,
-                "heldout_samples": float(len(samples)),
-            }
-            return CheckResult("heldout_score", passed, detail, metrics)
+            return self._heldout_check(served, model)
 
         def no_collapse() -> CheckResult:
             prompts = [prompt_ids([{"role": "user", "content": p}], 160) for p in corpus.heldout_prompts(n=8)]

@@ -141,8 +141,8 @@ class TransformersEngine:
     """Implements :class:`~reef_core.upstream.seam.Answerer` for a ``transformers`` causal LM."""
 
     configured = True
-    #: the grpo recipe trains engines that say so (LoRA on transformers models is still to come)
-    trainable = False
+    #: the grpo recipe trains engines that say so: here a LoRA adapter per scenario (:meth:`swap`)
+    trainable = True
 
     def __init__(self, model: Any, tokenizer: Any, *, model_name: str, identity: str = "") -> None:
         self.model = model

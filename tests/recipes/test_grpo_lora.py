@@ -1,17 +1,26 @@
-"""grpo with LoRA on ``transformers`` models: the policy step on a tiny random Llama (fast)."""
+"""grpo with LoRA on ``transformers`` models: the policy step on a tiny random Llama (fast), and
+the recipe through a real daemon serving one from its model directory."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 
 from recipes.grpo.lora import LoraPolicy, LoraSettings, state_digest
 from recipes.grpo.objective import group_advantages, policy_step
 from recipes.grpo.samples import Sample
+from reef_core.daemon.context import DAEMON
+from reef_core.errors import StoreError
 from reef_core.upstream.transformers_engine import TransformersEngine
+from tests.conftest import LFS_CONFIG, git
+from tests.daemon.conftest import RunningReef
 from tests.models.tiny_hf import write_llama_dir
 
 
@@ -68,3 +77,98 @@ def test_lora_steps_rewarding_a_token_raise_its_logprob_and_leave_the_base_alone
     assert first_token_logprob(None) == pytest.approx(before, abs=1e-6)  # the base is still the base
     assert fingerprint(engine.model) == base_weights
     assert all(k.endswith(("lora_A.weight", "lora_B.weight")) for k in trained)
+
+
+@pytest.mark.slow
+def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_path: Path):
+    """A tiny random Llama served from its model directory through a real daemon: two LoRA
+    steps from scored answers, each a release holding its adapter in LFS and naming its base;
+    served after the swap; a rollback to v1 (the base) restores its log-probs exactly."""
+    model_dir = write_llama_dir(tmp_path / "tiny")
+    reef = RunningReef(
+        tmp_path / "reef",
+        "--inference.model-path",
+        str(model_dir),
+        "--inference.model-cache",
+        str(tmp_path / "cache"),
+        "--recipe",
+        "grpo",
+        *("--recipe.config.group-size", "4", "--recipe.config.groups-per-step", "1"),
+        *("--recipe.config.heldout-every", "2", "--recipe.config.heldout-min", "4"),
+        *("--recipe.config.heldout-tolerance", "1.0", "--recipe.config.min-distinct-bytes", "2"),
+        *("--recipe.config.lr", "0.001"),
+    ).start(timeout=120)
+    try:
+        httpx.post(f"{reef.url}/reef/scenarios", json={"name": "lora"}).raise_for_status()
+        client = httpx.Client(base_url=reef.url, headers={"x-reef-scenario": "lora"}, timeout=60)
+        probe = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "probe"}],
+            "max_tokens": 6,
+            "temperature": 0,
+        }
+
+        def served() -> tuple[list[float], int]:
+            reply = client.post("/v1/chat/completions", json=probe)
+            reply.raise_for_status()
+            tokens = reef.reader("lora").data.get(reply.headers["x-reef-agent-record-id"]).data["tokens"]
+            return tokens["logprobs"], tokens["weight_version"]
+
+        def releases() -> list[dict[str, Any]]:
+            return client.get("/reef/scenarios/lora/releases").json()["releases"]
+
+        base = served()
+        deadline, n = time.monotonic() + 120, 0
+        while (
+            time.monotonic() < deadline and len([r for r in releases() if r["operation"] == "training"]) < 2
+        ):
+            n += 1
+            ask = {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": f"question {n}"}],
+                "max_tokens": 6,
+            }
+            for i in range(4):
+                answer = client.post("/v1/chat/completions", json=ask)
+                receipt = answer.headers["x-reef-agent-record-id"]
+                client.post(
+                    "/reef/report", json={"score": float(i % 2), "references": [receipt]}
+                ).raise_for_status()
+            time.sleep(0.2)
+        rows, settled = releases(), 0
+        while settled < 3 and time.monotonic() < deadline + 30:  # the groups reported last may still train
+            time.sleep(0.5)
+            settled, rows = (settled + 1 if len(releases()) == len(rows) else 0), releases()
+        trained = [r for r in rows if r["operation"] == "training"]
+        assert len(trained) >= 2 and rows[-1]["operation"] == "creation", rows
+        now = served()
+        assert now[1] == rows[0]["number"] and now[0] != base[0]
+
+        engine = reef.app[DAEMON].engine
+        repo = reef.repo("lora")
+        git("-C", repo, *LFS_CONFIG, "lfs", "fsck")
+        listed = git("-C", repo, *LFS_CONFIG, "lfs", "ls-files", "--all").stdout
+        assert listed.count("weights/adapter_model.safetensors") >= 2
+        manifest = json.loads(git("-C", repo, "show", "release:reef-release.json").stdout)
+        assert manifest["base"] == {"spec": engine.model_name, "sha256": engine.identity}
+        adapter_config = json.loads(git("-C", repo, "show", "release:weights/adapter_config.json").stdout)
+        assert adapter_config["r"] == 16 and adapter_config["peft_type"] == "LORA"
+
+        rolled = client.post("/reef/scenarios/lora/rollback", json={"release": "v1"})
+        assert rolled.status_code == 200, rolled.text
+        logprobs, version = served()
+        assert logprobs == base[0] and version > now[1]  # the base again, exactly
+        rolled = client.post("/reef/scenarios/lora/rollback", json={"release": f"v{now[1]}"})
+        assert rolled.status_code == 200, rolled.text
+        assert served()[0] == now[0]  # the trained adapter again
+
+        worker = reef.app[DAEMON].learners.workers["lora"]
+        identity, engine.identity = engine.identity, "f" * 64
+        try:
+            with pytest.raises(StoreError, match=f"{identity}.*{'f' * 64}"):
+                worker.recipe.deliver(worker.scenario, worker.scenario.releases.tip())
+        finally:
+            engine.identity = identity
+        client.close()
+    finally:
+        reef.stop()
