@@ -172,3 +172,21 @@ def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_
         client.close()
     finally:
         reef.stop()
+
+
+def test_training_all_the_weights_of_a_transformers_model_is_refused_as_not_built(
+    engine: TransformersEngine, tmp_path: Path
+):
+    from recipes.grpo.recipe import GrpoConfig, GrpoRecipe
+    from reef_core.errors import ConfigError
+    from reef_core.learning import RecipeContext
+
+    assert (
+        GrpoConfig.from_config({"lora": "true"}).lora and not GrpoConfig.from_config({"lora": "false"}).lora
+    )
+    with pytest.raises(ConfigError, match="true or false"):
+        GrpoConfig.from_config({"lora": "maybe"})
+    with pytest.raises(ConfigError, match="not built") as refused:
+        GrpoRecipe(RecipeContext(cache_dir=tmp_path, engine=engine, config={"lora": "false"}))
+    assert refused.value.field == "recipe.config.lora"
+    assert GrpoRecipe(RecipeContext(cache_dir=tmp_path, engine=engine)).adapters
