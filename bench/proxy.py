@@ -87,26 +87,24 @@ def start_upstream() -> tuple[subprocess.Popen[str], str]:
 
 
 def start_reef(upstream: str, state: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``reef serve`` in front of ``upstream``, once it accepts connections."""
+    return launch_reef(state, "--inference.upstream-url", upstream)
+
+
+def launch_reef(state: str, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``reef serve FLAGS`` on a free port with ``state`` as its state dir, once it accepts
+    connections (a local model may still be loading: ask it for ``/v1/models`` to know)."""
     port = free_port()
     reef = Path(sys.executable).with_name("reef")
     proc = subprocess.Popen(
-        [
-            str(reef),
-            "serve",
-            "--inference.upstream-url",
-            upstream,
-            "--reef.port",
-            str(port),
-            "--storage.state-dir",
-            state,
-        ],
+        [str(reef), "serve", *flags, "--reef.port", str(port), "--storage.state-dir", state],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while time.time() < deadline:
+    deadline = time.time() + 300  # a local model loads before the daemon listens
+    while time.time() < deadline and proc.poll() is None:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return proc, url

@@ -37,7 +37,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy import free_port  # noqa: E402
+from bench.proxy import launch_reef  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench-models"
 PROMPTS = [
@@ -61,27 +61,10 @@ PROMPTS = [
 
 
 def start_reef(state: str) -> tuple[Any, str]:
-    import subprocess
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("reef")),
-            "serve",
-            "--inference.model-path",
-            "builtin:smollm2",
-            "--inference.model-cache",
-            str(CACHE),
-            "--reef.port",
-            str(port),
-            "--storage.state-dir",
-            state,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    """``reef serve`` on builtin:smollm2, once the model answers ``/v1/models``."""
+    proc, url = launch_reef(
+        state, "--inference.model-path", "builtin:smollm2", "--inference.model-cache", str(CACHE)
     )
-    url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300
     while time.time() < deadline:
         try:

@@ -28,6 +28,7 @@ import torch
 from reef_core.errors import InvalidInput, UpstreamRejected
 from reef_core.models.tiny import TinyLM, checkpoint, decode, prompt_ids
 from reef_core.upstream.client import UpstreamReply
+from reef_core.upstream.seam import local_route
 
 __all__ = ["BUILTIN_TINY", "LocalEngine", "LocalStream"]
 
@@ -129,18 +130,9 @@ class LocalEngine:
         query: str = "",
         scenario: str | None = None,
     ) -> UpstreamReply:
-        if method == "GET" and path == "/v1/models":
-            listing = {
-                "object": "list",
-                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "reef"}],
-            }
-            return UpstreamReply(200, "application/json", json.dumps(listing).encode())
-        if method != "POST" or path != "/v1/chat/completions":
-            raise UpstreamRejected(
-                f"the embedded model does not serve {method} {path}",
-                status=404,
-                body=b'{"error": {"message": "not found", "type": "not_found_error"}}',
-            )
+        other = local_route(method, path, self.model_name, "the embedded model")
+        if other is not None:
+            return other
         request = _parse(body)
         answer, extras = await self._answer(request, scenario)
         return UpstreamReply(200, "application/json", json.dumps(answer).encode(), extras)

@@ -55,6 +55,7 @@ import torch
 
 from reef_core.errors import ConfigError, InvalidInput, UpstreamRejected
 from reef_core.upstream.client import UpstreamReply
+from reef_core.upstream.seam import local_route
 
 __all__ = ["LORA_DEFAULTS", "MAX_BATCH", "TransformersEngine"]
 
@@ -280,18 +281,9 @@ class TransformersEngine:
         query: str = "",
         scenario: str | None = None,
     ) -> UpstreamReply:
-        if method == "GET" and path == "/v1/models":
-            listing = {
-                "object": "list",
-                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "reef"}],
-            }
-            return UpstreamReply(200, "application/json", json.dumps(listing).encode())
-        if method != "POST" or path != "/v1/chat/completions":
-            raise UpstreamRejected(
-                f"the local model does not serve {method} {path}",
-                status=404,
-                body=b'{"error": {"message": "not found", "type": "not_found_error"}}',
-            )
+        other = local_route(method, path, self.model_name, "the local model")
+        if other is not None:
+            return other
         request = self._parse(body)
         job = self._submit(request, emit=None, scenario=scenario)
         text, tokens, _, finish, extras = await asyncio.wrap_future(job.done)
