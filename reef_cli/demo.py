@@ -1,9 +1,10 @@
-"""``reef demo``: the whole loop on the embedded model, watched live.
+"""``reef demo``: the whole loop on a local model, watched live.
 
-It starts ``reef serve --recipe grpo`` on ``builtin:tiny`` and plays a user with a hidden
-preference, through the public HTTP API only: ask, score, report.  reef records every
-exchange, trains on the scores, checks each candidate, publishes releases and hot-swaps
-them in; the view shows the held-out score of each release as it lands.
+It starts ``reef serve --recipe grpo`` on ``builtin:tiny`` (or, with ``--model smollm2``, the
+real SmolLM2-135M-Instruct, where each release is a LoRA adapter) and plays a user with a
+hidden preference, through the public HTTP API only: ask, score, report.  reef records every
+exchange, trains on the scores, checks each candidate, publishes releases and hot-swaps them
+in; the view shows the held-out score of the releases as they land.
 """
 
 from __future__ import annotations
@@ -26,10 +27,48 @@ from rich.table import Table
 from rich.text import Text
 
 from reef_cli import output as out
-from reef_cli.demo_user import DemoUser, parse_preference
-from reef_core.errors import ReefError
+from reef_cli.demo_user import DemoUser, parse_preference, requests
+from reef_core.errors import InvalidInput, ReefError
 
 __all__ = ["demo"]
+
+
+@dataclass(frozen=True)
+class _Model:
+    spec: str
+    target: float  # the default --target
+    time_limit: float  # the default --time-limit
+    max_tokens: int  # per answer: the preference shows in the first words
+    measure_every: float  # seconds between held-out measurements (each costs a batch of answers)
+    pace: bool  # the user waits while a step trains (see DemoUser.wait_while_stepping)
+    prompts: str  # "corpus": the embedded model's world; "requests": requests for things
+    starting: str
+    serve: tuple[str, ...] = ()  # more `reef serve` settings
+
+
+MODELS = {
+    "tiny": _Model(
+        spec="builtin:tiny",
+        target=0.8,
+        time_limit=300,
+        max_tokens=48,
+        measure_every=0,
+        pace=False,
+        prompts="corpus",
+        starting="starting reef (a first run pretrains the embedded model: a minute)",
+    ),
+    "smollm2": _Model(
+        spec="builtin:smollm2",
+        target=0.9,
+        time_limit=480,
+        max_tokens=24,
+        measure_every=20,
+        pace=True,
+        prompts="requests",
+        starting="starting reef (loading SmolLM2-135M-Instruct)",
+        serve=("--recipe.config.lr", "1e-3"),
+    ),
+}
 
 
 @dataclass
@@ -78,7 +117,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_daemon(state: Path, port: int, log_path: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+def _start_daemon(
+    state: Path, port: int, log_path: Path, model: str, extra: list[str]
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -87,7 +128,7 @@ def _start_daemon(state: Path, port: int, log_path: Path, extra: list[str]) -> s
         "--recipe",
         "grpo",
         "--inference.model-path",
-        "builtin:tiny",
+        model,
         "--reef.port",
         str(port),
         "--storage.state-dir",
@@ -116,7 +157,13 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout
 
 
 async def _play(
-    user: DemoUser, view: _View, live: Live | None, target: float, limit: float
+    user: DemoUser,
+    view: _View,
+    live: Live | None,
+    target: float,
+    limit: float,
+    measure_every: float = 0,
+    pace: bool = False,
 ) -> tuple[bool, float]:
     started = time.monotonic()
     serving = "v1"
@@ -129,17 +176,22 @@ async def _play(
     refresh()
     view.curve.append(("v1", await user.heldout_score()))
     seen = {"v1"}
+    measured = time.monotonic()
     view.note = "asking, scoring, reporting: reef trains in the background"
     reached_at = None
     while time.monotonic() - started < limit:
+        if pace:
+            await user.wait_while_stepping()
         means = await asyncio.gather(user.teach_one_group(), user.teach_one_group())
         view.note = f"last groups scored {sum(means) / len(means):.2f} on average"
         releases = await user.releases()
         fresh = [r for r in releases if r["release"] not in seen]
         if fresh:
+            serving = fresh[0]["release"]
+        if fresh and time.monotonic() - measured >= measure_every:
             newest = fresh[0]["release"]
             seen.update(r["release"] for r in fresh)
-            serving = newest
+            measured = time.monotonic()
             score = await user.heldout_score()
             view.curve.append((newest, score))
             if score >= target:
@@ -153,15 +205,24 @@ async def _play(
 
 
 def demo(
-    target: float = typer.Option(
-        0.8,
+    model: str = typer.Option(
+        "tiny",
+        "--model",
+        help="tiny (the embedded model) or smollm2 (SmolLM2-135M-Instruct, LoRA releases).",
+    ),
+    target: float | None = typer.Option(
+        None,
         "--target",
         min=0.05,
         max=1.0,
-        help="Stop once a release pleases the user this often on held-out prompts.",
+        help="Stop once a release pleases the user this often on held-out prompts "
+        "[default: 0.8 on tiny, 0.9 on smollm2].",
     ),
-    time_limit: float = typer.Option(
-        300.0, "--time-limit", min=5, help="Stop after this many seconds of teaching."
+    time_limit: float | None = typer.Option(
+        None,
+        "--time-limit",
+        min=5,
+        help="Stop after this many seconds of teaching [default: 300 on tiny, 480 on smollm2].",
     ),
     preference: str = typer.Option(
         "starts-with:Sure",
@@ -173,9 +234,14 @@ def demo(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated user."),
 ) -> None:
-    """Watch reef teach the embedded model a user's hidden preference, from scores alone."""
+    """Watch reef teach a local model a user's hidden preference, from scores alone."""
     from reef_core.models.tiny import corpus
 
+    if model not in MODELS:
+        raise InvalidInput(f"unknown --model {model!r}: use {' or '.join(MODELS)}", field="model")
+    chosen = MODELS[model]
+    target = chosen.target if target is None else target
+    time_limit = chosen.time_limit if time_limit is None else time_limit
     pref = parse_preference(preference)
     state = state_dir.expanduser().resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -184,26 +250,34 @@ def demo(
     url = f"http://127.0.0.1:{port}"
     log_path = state / "daemon.log"
     console = out.output.console
-    proc = _start_daemon(state, port, log_path, ["--storage.pack-every", "500"])
+    proc = _start_daemon(state, port, log_path, chosen.spec, ["--storage.pack-every", "500", *chosen.serve])
     view = _View(pref.description, target, scenario)
     begun = time.monotonic()
     try:
-        with console.status("starting reef (the first run pretrains the embedded model: about a minute)"):
+        with console.status(chosen.starting):
             _wait_ready(url, proc, log_path, timeout=600)
         httpx.post(f"{url}/reef/scenarios", json={"name": scenario}, timeout=30).raise_for_status()
+        if chosen.prompts == "corpus":
+            train, heldout = corpus.train_prompts(seed=seed, n=200), corpus.heldout_prompts(seed=seed, n=16)
+        else:
+            train, heldout = requests(seed, 200), requests(seed, 16, held_out=True)
         user = DemoUser(
             url,
             scenario,
             pref,
-            corpus.train_prompts(seed=seed, n=200),
-            corpus.heldout_prompts(seed=seed, n=16),
+            train,
+            heldout,
             seed=seed,
+            model=chosen.spec,
+            max_tokens=chosen.max_tokens,
         )
 
         async def main() -> tuple[bool, float, dict]:
             try:
                 with Live(view.render(None, 0, "v1"), console=console, refresh_per_second=4) as live:
-                    reached, seconds = await _play(user, view, live, target, time_limit)
+                    reached, seconds = await _play(
+                        user, view, live, target, time_limit, chosen.measure_every, chosen.pace
+                    )
                 return reached, seconds, await user.status()
             finally:
                 await user.close()
@@ -223,7 +297,7 @@ def demo(
     )
     verdict = "reached" if reached else "did not reach"
     console.print(
-        f"\n{verdict} the target {target:.2f} in {seconds:.0f}s of teaching "
+        f"\n{verdict} the target {target:.2f} in {seconds:.0f}s of teaching and {user.reports} reports "
         f"(held-out {first:.2f} → best {best:.2f}; {time.monotonic() - begun:.0f}s in all, "
         f"{learning.get('steps', 0)} steps)",
         highlight=False,

@@ -17,7 +17,47 @@ import httpx
 
 from reef_core.errors import InvalidInput
 
-__all__ = ["DemoUser", "Preference", "parse_preference"]
+__all__ = ["DemoUser", "Preference", "parse_preference", "requests"]
+
+# What people ask a chat model for: "Sure" is a natural opening for these, which SmolLM2-135M
+# takes about one time in ten (the embedded model's prompts, statements about its toy world,
+# almost never).  The last quarter of the things asked for are held out.
+_ASKS = ("Can you recommend {}?", "Could you suggest {}?", "Can you give me {}?", "Would you find me {}?")
+_THINGS = (
+    "a book about history",
+    "a recipe for bread",
+    "a name for my dog",
+    "a good movie for tonight",
+    "a gift for my sister",
+    "a song for a road trip",
+    "a game for a rainy day",
+    "a plant for my office",
+    "a hobby I can start at home",
+    "a quick breakfast",
+    "a title for my essay",
+    "a place to visit in spring",
+    "a snack for a long hike",
+    "a way to learn French",
+    "a board game for four people",
+    "a podcast about science",
+    "a theme for a birthday party",
+    "a color for my bedroom",
+    "a dessert for a dinner party",
+    "a warm-up before running",
+    "a name for my new cat",
+    "a story to read to a child",
+    "a simple dinner for two",
+    "a way to relax after work",
+)
+_HELD_OUT = len(_THINGS) * 3 // 4
+
+
+def requests(seed: int = 0, n: int = 200, *, held_out: bool = False) -> list[str]:
+    """Requests for things (held-out ones ask for things the training ones never do)."""
+    things = _THINGS[_HELD_OUT:] if held_out else _THINGS[:_HELD_OUT]
+    every = [ask.format(thing) for thing in things for ask in _ASKS]
+    random.Random(seed).shuffle(every)
+    return [every[i % len(every)] for i in range(n)]
 
 
 @dataclass(frozen=True)
@@ -51,6 +91,8 @@ class DemoUser:
     train_prompts: list[str]
     heldout_prompts: list[str]
     group_size: int = 8
+    model: str = "builtin:tiny"
+    max_tokens: int = 48
     token: str | None = None
     seed: int = 0
     requests: int = 0
@@ -62,7 +104,7 @@ class DemoUser:
         headers = {"x-reef-scenario": self.scenario}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60)
+        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=300)
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -71,9 +113,9 @@ class DemoUser:
         self, prompt: str, *, capture: bool = True, seed: int | None = None
     ) -> tuple[str, str | None]:
         body: dict = {
-            "model": "builtin:tiny",
+            "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": 48,
+            "max_tokens": self.max_tokens,
         }
         if seed is not None:
             body["seed"] = seed
@@ -83,6 +125,18 @@ class DemoUser:
         self.requests += 1
         text = response.json()["choices"][0]["message"]["content"] or ""
         return text, response.headers.get("x-reef-agent-record-id")
+
+    async def wait_while_stepping(self, poll: float = 0.2) -> None:
+        """Wait while reef trains, as a person waits for a review (on a small machine the
+        training step gets the CPU, and every answer scored comes from the newest release)."""
+        while await self.learning_state() == "stepping":
+            await asyncio.sleep(poll)
+
+    async def learning_state(self) -> str | None:
+        for row in (await self.status())["scenarios"]:
+            if row["name"] == self.scenario:
+                return (row.get("learning") or {}).get("state")
+        return None
 
     async def teach_one_group(self) -> float:
         """Ask one prompt ``group_size`` times, score every answer, report each score."""

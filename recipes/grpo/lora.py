@@ -111,7 +111,7 @@ class LoraPolicy:
         """A copy of the adapter's weights."""
         from peft import get_peft_model_state_dict
 
-        state = get_peft_model_state_dict(self.peft, adapter_name=_NAME)
+        state = get_peft_model_state_dict(self.peft, adapter_name=_NAME, save_embedding_layers=False)
         return {k: v.detach().clone() for k, v in state.items()}
 
     def load(self, state: Mapping[str, Tensor] | None) -> None:

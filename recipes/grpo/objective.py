@@ -115,7 +115,7 @@ class Estimate:
 
 
 @torch.no_grad()
-def estimate_reward(model: Scorer, samples: Sequence[Sample]) -> Estimate:
+def estimate_reward(model: Scorer, samples: Sequence[Sample], *, chunk: int = 32) -> Estimate:
     """Expected reward of ``model`` on answers scored by people, by self-normalised importance
     sampling against the policy that wrote them.
 
@@ -127,13 +127,14 @@ def estimate_reward(model: Scorer, samples: Sequence[Sample]) -> Estimate:
     """
     if not samples:
         return Estimate(float("nan"), 0.0)
-    prompts, responses = _batch(samples)
-    logp, mask = model.sequence_logprobs(prompts, responses)
     deltas = []
-    for i, s in enumerate(samples):
-        n = len(s.logprobs)
-        behaviour = torch.tensor(s.logprobs[: logp.shape[1]])
-        deltas.append(float(((logp[i, :n] - behaviour[:n]) * mask[i, :n]).sum()))
+    for start in range(0, len(samples), chunk):  # in chunks: a big vocabulary's logits are large
+        part = samples[start : start + chunk]
+        logp, mask = model.sequence_logprobs(*_batch(part))
+        for i, s in enumerate(part):
+            n = len(s.logprobs)
+            behaviour = torch.tensor(s.logprobs[: logp.shape[1]])
+            deltas.append(float(((logp[i, :n] - behaviour[:n]) * mask[i, :n]).sum()))
     median = sorted(deltas)[len(deltas) // 2]
     weights = [math.exp(max(-3.0, min(3.0, d - median))) for d in deltas]
     total = sum(weights)

@@ -384,7 +384,7 @@ class GrpoRecipe(Recipe):
                 for p in corpus.heldout_prompts(n=8)
             ]
             policy.load(state)
-            answers = policy.greedy(prompts, max_new_tokens=48)
+            answers = policy.greedy(prompts, max_new_tokens=24)
             distinct = len({t for a in answers for t in a})
             mean_len = sum(len(a) for a in answers) / len(answers)
             passed = distinct >= self.config.min_distinct_bytes and mean_len >= 2

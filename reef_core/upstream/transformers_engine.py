@@ -46,6 +46,7 @@ import json
 import queue
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
@@ -56,6 +57,11 @@ import torch
 from reef_core.errors import ConfigError, InvalidInput, UpstreamRejected
 from reef_core.upstream.client import UpstreamReply
 from reef_core.upstream.seam import local_route
+
+# peft says so on every swap (the worker sets the adapter of each batch itself), and transformers
+# warns of its own deprecated call inside peft: noise in the daemon's log, nothing to act on
+warnings.filterwarnings("ignore", message=r"Adapter reef\d+ was active which is now deleted")
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated")
 
 __all__ = ["LORA_DEFAULTS", "MAX_BATCH", "TransformersEngine"]
 
@@ -206,7 +212,9 @@ class TransformersEngine:
             served = self._served.get(scenario or "", _BASE)
             if served.adapter is None:
                 return None, served.version
-            state = get_peft_model_state_dict(self._adapted, adapter_name=served.adapter)
+            state = get_peft_model_state_dict(
+                self._adapted, adapter_name=served.adapter, save_embedding_layers=False
+            )
             return {k: v.detach().clone() for k, v in state.items()}, served.version
 
     def swap(
@@ -240,7 +248,7 @@ class TransformersEngine:
 
         self._names += 1
         name = f"reef{self._names}"
-        known = {f.name for f in fields(LoraConfig)} - {"peft_type"}
+        known = {f.name for f in fields(LoraConfig)} - {"peft_type", "base_model_name_or_path"}
         try:
             lora = LoraConfig(**{k: v for k, v in settings.items() if k in known})
             if self._adapted is None:

@@ -41,7 +41,9 @@ def adapter(engine: TransformersEngine, seed: int, scale: float = 0.5) -> dict[s
 
     settings = {k: v for k, v in LORA_DEFAULTS.items() if k != "peft_type"}
     torch.manual_seed(seed)
-    state = get_peft_model_state_dict(get_peft_model(engine.shared_copy(), LoraConfig(**settings)))
+    state = get_peft_model_state_dict(
+        get_peft_model(engine.shared_copy(), LoraConfig(**settings)), save_embedding_layers=False
+    )
     return {k: torch.randn_like(v) * scale for k, v in state.items()}
 
 
