@@ -40,7 +40,6 @@ class _Model:
     time_limit: float  # the default --time-limit
     max_tokens: int  # per answer: the preference shows in the first words
     measure_every: float  # seconds between held-out measurements (each costs a batch of answers)
-    pace: bool  # the user waits while a step trains (see DemoUser.wait_while_stepping)
     prompts: str  # "corpus": the embedded model's world; "requests": requests for things
     starting: str
     serve: tuple[str, ...] = ()  # more `reef serve` settings
@@ -53,9 +52,9 @@ MODELS = {
         time_limit=300,
         max_tokens=48,
         measure_every=0,
-        pace=False,
         prompts="corpus",
         starting="starting reef (a first run pretrains the embedded model: a minute)",
+        serve=("--recipe.config.epochs", "2"),
     ),
     "smollm2": _Model(
         spec="builtin:smollm2",
@@ -63,7 +62,6 @@ MODELS = {
         time_limit=480,
         max_tokens=24,
         measure_every=20,
-        pace=True,
         prompts="requests",
         starting="starting reef (loading SmolLM2-135M-Instruct)",
         serve=("--recipe.config.lr", "1e-3"),
@@ -163,7 +161,6 @@ async def _play(
     target: float,
     limit: float,
     measure_every: float = 0,
-    pace: bool = False,
 ) -> tuple[bool, float]:
     started = time.monotonic()
     serving = "v1"
@@ -180,8 +177,7 @@ async def _play(
     view.note = "asking, scoring, reporting: reef trains in the background"
     reached_at = None
     while time.monotonic() - started < limit:
-        if pace:
-            await user.wait_while_stepping()
+        await user.wait_while_stepping()
         means = await asyncio.gather(user.teach_one_group(), user.teach_one_group())
         view.note = f"last groups scored {sum(means) / len(means):.2f} on average"
         releases = await user.releases()
@@ -275,9 +271,7 @@ def demo(
         async def main() -> tuple[bool, float, dict]:
             try:
                 with Live(view.render(None, 0, "v1"), console=console, refresh_per_second=4) as live:
-                    reached, seconds = await _play(
-                        user, view, live, target, time_limit, chosen.measure_every, chosen.pace
-                    )
+                    reached, seconds = await _play(user, view, live, target, time_limit, chosen.measure_every)
                 return reached, seconds, await user.status()
             finally:
                 await user.close()

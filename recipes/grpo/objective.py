@@ -15,7 +15,16 @@ import torch
 
 from recipes.grpo.samples import Sample
 
-__all__ = ["Estimate", "Policy", "Scorer", "StepStats", "estimate_reward", "group_advantages", "policy_step"]
+__all__ = [
+    "Estimate",
+    "Policy",
+    "Scorer",
+    "StepStats",
+    "difference_error",
+    "estimate_reward",
+    "group_advantages",
+    "policy_step",
+]
 
 
 class Scorer(Protocol):
@@ -71,32 +80,36 @@ def policy_step(
     *,
     kl_coef: float,
     clip: float,
+    epochs: int = 1,
 ) -> StepStats:
-    """One PPO-clip step against the recorded (behaviour) log-probs, plus k3 KL to ``reference``."""
+    """PPO-clip updates against the recorded (behaviour) log-probs, plus k3 KL to ``reference``:
+    ``epochs`` passes over the same scored answers (the clip keeps later passes from straying
+    far from the policy that wrote them; more passes learn more from each report)."""
     samples = [s for s, _ in weighted]
     prompts, responses = _batch(samples)
-    model.train()
-    logp, mask = model.sequence_logprobs(prompts, responses)
-    behaviour = torch.zeros_like(logp)
-    for i, s in enumerate(samples):
-        behaviour[i, : len(s.logprobs)] = torch.tensor(s.logprobs[: logp.shape[1]])
-    advantages = torch.tensor([a for _, a in weighted], dtype=logp.dtype).unsqueeze(1)
-    ratio = torch.exp((logp - behaviour) * mask)
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * advantages
-    per_token = -torch.minimum(unclipped, clipped)
+    advantages = torch.tensor([a for _, a in weighted]).unsqueeze(1)
     with torch.no_grad():
         ref_logp, _ = reference.sequence_logprobs(prompts, responses)
-    log_ratio = (ref_logp - logp) * mask
-    k3 = torch.exp(log_ratio) - log_ratio - 1
-    lengths = mask.sum(dim=1).clamp(min=1)
-    loss = (((per_token + kl_coef * k3) * mask).sum(dim=1) / lengths).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    model.train()
+    for _ in range(max(1, epochs)):
+        logp, mask = model.sequence_logprobs(prompts, responses)
+        behaviour = torch.zeros_like(logp)
+        for i, s in enumerate(samples):
+            behaviour[i, : len(s.logprobs)] = torch.tensor(s.logprobs[: logp.shape[1]])
+        ratio = torch.exp((logp - behaviour) * mask)
+        unclipped = ratio * advantages.to(logp.dtype)
+        clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * advantages.to(logp.dtype)
+        per_token = -torch.minimum(unclipped, clipped)
+        log_ratio = (ref_logp[:, : logp.shape[1]] - logp) * mask
+        k3 = torch.exp(log_ratio) - log_ratio - 1
+        lengths = mask.sum(dim=1).clamp(min=1)
+        loss = (((per_token + kl_coef * k3) * mask).sum(dim=1) / lengths).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad():  # of the last pass
         clip_frac = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
         kl = ((k3 * mask).sum(dim=1) / lengths).mean()
     return StepStats(
@@ -112,6 +125,25 @@ def policy_step(
 class Estimate:
     reward: float
     effective_samples: float  # how many of the scored answers the estimate really rests on
+    weights: tuple[float, ...] = ()  # each scored answer's (unnormalised) importance weight
+
+
+def difference_error(now: Estimate, new: Estimate, samples: Sequence[Sample]) -> float:
+    """The standard error of ``new.reward - now.reward``, two estimates on the same scored answers.
+
+    Paired: each answer's influence on the difference is its influence on ``new`` less its
+    influence on ``now`` (the delta method for self-normalised means, ``w_i (r_i - mean) / sum w``),
+    so a candidate that weighs the answers as the served model does has a small error, and one
+    that moved far has a large one.  The held-out check takes a dip within this noise for none.
+    """
+    total_now, total_new = sum(now.weights), sum(new.weights)
+    if not samples or not total_now or not total_new:
+        return 0.0
+    variance = sum(
+        (b * (s.reward - new.reward) / total_new - a * (s.reward - now.reward) / total_now) ** 2
+        for a, b, s in zip(now.weights, new.weights, samples, strict=True)
+    )
+    return math.sqrt(variance)
 
 
 @torch.no_grad()
@@ -143,4 +175,4 @@ def estimate_reward(model: Scorer, samples: Sequence[Sample], *, chunk: int = 32
     # information the clip lets through: they count against the effective sample size
     informative = [w for w, d in zip(weights, deltas, strict=True) if abs(d) <= 6.0]
     ess = (sum(informative) ** 2 / sum(w * w for w in informative)) if informative else 0.0
-    return Estimate(reward, ess)
+    return Estimate(reward, ess, tuple(weights))

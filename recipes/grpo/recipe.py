@@ -21,7 +21,7 @@ import safetensors.torch
 import torch
 
 from recipes.grpo.lora import LoraPolicy, LoraSettings, state_digest
-from recipes.grpo.objective import Scorer, estimate_reward, group_advantages, policy_step
+from recipes.grpo.objective import Scorer, difference_error, estimate_reward, group_advantages, policy_step
 from recipes.grpo.samples import Sample, read_scored
 from reef_core.errors import ConfigError, StoreError
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
@@ -46,10 +46,14 @@ class GrpoConfig:
     lr: float = 3e-4  # below zero trains *away* from the reward: only to watch the checks refuse it
     kl: float = 0.05  # k3 KL to the pretrained model keeps the text readable
     clip: float = 0.2
+    epochs: int = 1  # passes over each batch of scored answers
     max_staleness: int = 4  # samples from weights more than this many releases old are dropped
     heldout_every: int = 5  # one prompt in this many is held out: scored, never trained on
     heldout_min: int = 16  # held-out answers needed before the score check can judge
-    heldout_tolerance: float = 0.02  # how far the held-out estimate may dip (noise) and still pass
+    heldout_tolerance: float = 0.02  # the least dip of the held-out estimate taken for noise
+    # the share of held-out answers the candidate's estimate must rest on (effective sample size)
+    # to be judged at all; below it the candidate has moved too far from them to tell
+    heldout_effective: float = 0.1
     min_distinct_bytes: int = (
         12  # below this across sample answers, the text has collapsed (tokens, on transformers)
     )
@@ -266,6 +270,7 @@ class GrpoRecipe(Recipe):
             weighted,
             kl_coef=self.config.kl,
             clip=self.config.clip,
+            epochs=self.config.epochs,
         )
         train_seconds = time.perf_counter() - started
         self.stats["train_seconds"].append(round(train_seconds, 4))
@@ -309,6 +314,7 @@ class GrpoRecipe(Recipe):
             weighted,
             kl_coef=self.config.kl,
             clip=self.config.clip,
+            epochs=self.config.epochs,
         )
         train_seconds = time.perf_counter() - started
         self.stats["train_seconds"].append(round(train_seconds, 4))
@@ -342,20 +348,30 @@ class GrpoRecipe(Recipe):
             payload=(policy.view(served), policy.view(state), served, state),
         )
 
-    def _heldout_check(self, served: Scorer, model: Scorer) -> CheckResult:
-        samples = list(self._heldout)
+    def _heldout_check(self, served: Scorer, model: Scorer, version: int) -> CheckResult:
+        # the answers of recent releases (the newest heldout_min at least): answers of releases
+        # long gone say little about a model that has moved since, and only widen the estimate
+        recent = [s for s in self._heldout if version - s.version <= self.config.max_staleness]
+        least = self.config.heldout_min
+        samples = recent if len(recent) >= least else self._heldout[-least:]
         if len(samples) < self.config.heldout_min:  # never asked for: next_batch waits for these
             return CheckResult("heldout_score", False, f"only {len(samples)} held-out answers")
         now = estimate_reward(served, samples)
         new = estimate_reward(model, samples)
-        judged = new.effective_samples >= max(4.0, 0.25 * len(samples))
-        passed = judged and new.reward >= now.reward - self.config.heldout_tolerance
-        detail = f"held-out estimate {now.reward:.3f} → {new.reward:.3f} on {len(samples)} answers"
+        judged = new.effective_samples >= max(4.0, self.config.heldout_effective * len(samples))
+        # a dip is a drop only beyond the noise of the two estimates' difference (one-sided 95%)
+        margin = max(self.config.heldout_tolerance, 1.645 * difference_error(now, new, samples))
+        passed = judged and new.reward >= now.reward - margin
+        detail = (
+            f"held-out estimate {now.reward:.3f} → {new.reward:.3f} on {len(samples)} answers "
+            f"(a drop beyond {margin:.3f} fails)"
+        )
         if not judged:
             detail += f" (too far from the scored answers to judge: {new.effective_samples:.1f} effective)"
         metrics = {
             "heldout_current": now.reward,
             "heldout_candidate": new.reward,
+            "heldout_margin": margin,
             "heldout_effective": new.effective_samples,
             "heldout_samples": float(len(samples)),
         }
@@ -368,7 +384,8 @@ class GrpoRecipe(Recipe):
 
         def heldout_score() -> CheckResult:
             with torch.no_grad():
-                return self._heldout_check(served_view, candidate_view)
+                version = candidate.record["trained_from_version"]
+                return self._heldout_check(served_view, candidate_view, version)
 
         def no_collapse() -> CheckResult:
             tokenizer = self.engine.tokenizer
@@ -407,7 +424,7 @@ class GrpoRecipe(Recipe):
         served, model = candidate.payload
 
         def heldout_score() -> CheckResult:
-            return self._heldout_check(served, model)
+            return self._heldout_check(served, model, candidate.record["trained_from_version"])
 
         def no_collapse() -> CheckResult:
             prompts = [prompt_ids([{"role": "user", "content": p}], 160) for p in corpus.heldout_prompts(n=8)]
