@@ -22,7 +22,7 @@ import torch
 
 from recipes.grpo.lora import LoraPolicy, LoraSettings, state_digest
 from recipes.grpo.objective import Scorer, difference_error, estimate_reward, group_advantages, policy_step
-from recipes.grpo.samples import Sample, read_scored
+from recipes.grpo.samples import Sample, read_scored, recent
 from reef_core.errors import ConfigError, StoreError
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
 from reef_core.models.tiny import TinyLM, checkpoint, corpus, prompt_ids
@@ -81,6 +81,9 @@ class GrpoConfig:
                 values[key] = kind(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"recipe.config.{key} must be a {kind.__name__}", field=key) from None
+        for key in ("group_size", "groups_per_step", "epochs", "heldout_min", "lora_rank"):
+            if key in values and values[key] < 1:
+                raise ConfigError(f"recipe.config.{key} must be 1 or more", field=f"recipe.config.{key}")
         return cls(**values)
 
 
@@ -349,11 +352,7 @@ class GrpoRecipe(Recipe):
         )
 
     def _heldout_check(self, served: Scorer, model: Scorer, version: int) -> CheckResult:
-        # the answers of recent releases (the newest heldout_min at least): answers of releases
-        # long gone say little about a model that has moved since, and only widen the estimate
-        recent = [s for s in self._heldout if version - s.version <= self.config.max_staleness]
-        least = self.config.heldout_min
-        samples = recent if len(recent) >= least else self._heldout[-least:]
+        samples = recent(self._heldout, version, self.config.max_staleness, self.config.heldout_min)
         if len(samples) < self.config.heldout_min:  # never asked for: next_batch waits for these
             return CheckResult("heldout_score", False, f"only {len(samples)} held-out answers")
         now = estimate_reward(served, samples)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from reef_core.store import Scenario
 
-__all__ = ["Sample", "read_scored"]
+__all__ = ["Sample", "read_scored", "recent"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +54,12 @@ def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, li
                     )
                 )
         yield report.id, samples
+
+
+def recent(samples: Sequence[Sample], version: int, staleness: int, least: int) -> list[Sample]:
+    """The samples written by the releases at most ``staleness`` before ``version``, or, when
+    those are fewer than ``least``, the newest ``least`` (``samples`` is oldest first).  Answers of
+    releases long gone say little about a model that has moved since: the held-out check judges
+    on these."""
+    fresh = [s for s in samples if version - s.version <= staleness]
+    return fresh if len(fresh) >= least else list(samples[-least:])

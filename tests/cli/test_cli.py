@@ -101,3 +101,22 @@ def test_installed_entry_point_runs(tmp_path: Path):
         timeout=60,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_demo_refuses_an_unknown_model_before_starting_anything(tmp_path: Path) -> None:
+    result = invoke("demo", "--model", "llama", "--state-dir", str(tmp_path / "demo"))
+    assert result.exit_code == 2
+    assert "unknown --model 'llama': use tiny or smollm2" in result.output
+    assert not (tmp_path / "demo").exists()
+
+
+def test_the_demo_users_held_out_requests_ask_for_things_never_taught() -> None:
+    from reef_cli.demo_user import requests
+
+    train, held = requests(0, 200), requests(0, 16, held_out=True)
+    assert requests(0, 200) == train and len(train) == 200 and len(held) == 16
+
+    def thing(request: str) -> str:
+        return request[request.index(" a ") + 1 :]
+
+    assert {thing(t) for t in train}.isdisjoint(thing(t) for t in held)
