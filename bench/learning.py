@@ -1,18 +1,29 @@
-"""Learning benchmark: what one grpo update costs, against one answer of the same model.
+"""Learning benchmark: what one grpo update costs, and how fast a model learns from scores.
 
-    python bench/learning.py [--steps 20]
+    python bench/learning.py [--steps 20]                  # the parts, on the embedded model
+    python bench/learning.py --loop tiny [--seeds 0,1,2]   # the whole loop, through reef demo
+    python bench/learning.py --loop smollm2 [--seeds 0]
 
-In one process, on the embedded model (pretrained once and cached under .cache/models):
-the time to generate one 48-token answer (the baseline), one policy-gradient step on a batch
-of 16 scored answers, the release checks' importance-sampling estimate, writing the
-checkpoint, and swapping weights into the serving engine.  For the demo's time from start to
-target, run ``reef demo``: it prints it, with the median step and swap times of the run.
+**The parts** (in one process, on the embedded model, pretrained once and cached under
+.cache/models): the time to generate one 48-token answer (the baseline), one policy-gradient
+step on a batch of 16 scored answers, the release checks' importance-sampling estimate,
+writing the checkpoint, and swapping weights into the serving engine.
+
+**The loop** runs ``reef demo --model M --json`` (a real daemon, a simulated user who scores
+answers by a preference reef never sees) once per seed, then reads each step's record from
+the scenario's git repository: the held-out score of each release as the user measured it,
+reports and seconds to the target, and a step's parts (propose = train + write the release
+tree, each check, swap; publish is the rest of the step), against the baseline of the same run:
+the time the user waited for one group of 8 answers.  The size of a release's weights (the
+LoRA adapter on smollm2, the whole checkpoint on tiny) is read from its LFS object.  Serving
+throughput of a real model is ``bench/serving.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +51,120 @@ def timed(fn, n: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _step_records(repo: Path) -> list[dict]:
+    refs = subprocess.run(
+        ["git", "-C", str(repo), "for-each-ref", "--format=%(refname)", "refs/reef/candidates/"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    records = []
+    for ref in sorted(refs, key=lambda r: int(r.rsplit("/", 1)[1])):
+        body = subprocess.run(
+            ["git", "-C", str(repo), "log", "-1", "--format=%b", ref],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        records.append(json.loads(body[: body.rindex("}") + 1]))
+    return records
+
+
+def _weights_size(repo: Path) -> int:
+    """Bytes of the newest release's weights (its LFS objects)."""
+    listing = subprocess.run(
+        ["git", "-C", str(repo), "lfs", "ls-files", "--long", "--size", "release"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    objects = repo / "lfs" / "objects"
+    total = 0
+    for line in listing.splitlines():
+        oid = line.split()[0]
+        found = objects / oid[:2] / oid[2:4] / oid
+        total += found.stat().st_size if found.exists() else 0
+    return total
+
+
+def loop(model: str, seeds: list[int]) -> None:
+    for seed in seeds:
+        with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "reef_cli",
+                    "demo",
+                    "--model",
+                    model,
+                    "--seed",
+                    str(seed),
+                    "--state-dir",
+                    tmp,
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
+            try:
+                summary = json.loads(done.stdout[done.stdout.index("{") :])
+            except ValueError:
+                print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")
+                failed = f"reef demo --model {model} gave no summary (exit {done.returncode})"
+                raise SystemExit(failed) from None
+            repo = Path(summary["repository"])
+            steps = _step_records(repo)
+            size = _weights_size(repo)
+        verdict = "reached" if summary["reached"] else "did not reach"
+        curve = "  ".join(f"{c['release']} {c['heldout']:.2f}" for c in summary["curve"])
+        selected = sum(1 for s in steps if s["verdict"] == "selected")
+        print(
+            f"\n{model}, seed {seed}: {verdict} {summary['target']:.2f} held-out in "
+            f"{summary['teaching_seconds']:.0f}s of teaching and {summary['reports']} reports; "
+            f"{selected} of {len(steps)} steps selected"
+        )
+        print(f"  held-out by release: {curve}")
+        print(f"  last answer: {summary['last_answer'][:70]!r}")
+        group = _median(summary["round_seconds"])
+        train = _median([s["metrics"]["train_seconds"] for s in steps if "metrics" in s])
+        propose = _median([s.get("propose_seconds", float("nan")) for s in steps])
+        checks: dict[str, list[float]] = {}
+        for s in steps:
+            for c in s["checks"]:
+                checks.setdefault(c["name"], []).append(c.get("seconds", float("nan")))
+        learning = summary["learning"] or {}
+        recipe = learning.get("recipe") or {}
+        step = learning.get("step_seconds") or float("nan")
+        swap = recipe.get("swap_seconds_median") or float("nan")
+        checked = sum(_median(v) for v in checks.values())
+        rows = [
+            ("one group of 8 answers (baseline)", group),
+            ("step, all of it", step),
+            ("  propose (train + release tree)", propose),
+            ("    of which training", train),
+        ]
+        rows += [(f"  check {name}", _median(v)) for name, v in checks.items()]
+        rows += [("  publish (the rest)", step - propose - checked - swap), ("  swap into serving", swap)]
+        for name, seconds in rows:
+            print(f"  {name:<36} {seconds:8.3f}s  = {seconds / group:6.2f} groups")
+        print(f"  a release's weights in LFS: {size / 1e6:.2f} MB")
+
+
 def main() -> None:
+    if "--loop" in sys.argv:
+        model = sys.argv[sys.argv.index("--loop") + 1]
+        seeds = (
+            [int(x) for x in sys.argv[sys.argv.index("--seeds") + 1].split(",")]
+            if "--seeds" in sys.argv
+            else [0]
+        )
+        loop(model, seeds)
+        return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
     base = ensure_pretrained(ROOT / ".cache" / "models" / "tiny", seconds=default_pretrain_seconds())
     engine = LocalEngine(base)

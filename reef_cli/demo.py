@@ -10,6 +10,7 @@ in; the view shows the held-out score of the releases as they land.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import subprocess
@@ -229,6 +230,7 @@ def demo(
         Path(".reef/demo"), "--state-dir", help="Where the demo's scenarios and model cache live."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated user."),
+    as_json: bool = out.JsonOption,
 ) -> None:
     """Watch reef teach a local model a user's hidden preference, from scores alone."""
     from reef_core.models.tiny import corpus
@@ -250,7 +252,7 @@ def demo(
     view = _View(pref.description, target, scenario)
     begun = time.monotonic()
     try:
-        with console.status(chosen.starting):
+        with console.status(chosen.starting) if not as_json else contextlib.nullcontext():
             _wait_ready(url, proc, log_path, timeout=600)
         httpx.post(f"{url}/reef/scenarios", json={"name": scenario}, timeout=30).raise_for_status()
         if chosen.prompts == "corpus":
@@ -270,8 +272,13 @@ def demo(
 
         async def main() -> tuple[bool, float, dict]:
             try:
-                with Live(view.render(None, 0, "v1"), console=console, refresh_per_second=4) as live:
-                    reached, seconds = await _play(user, view, live, target, time_limit, chosen.measure_every)
+                if as_json:  # no live view: the summary is the output
+                    reached, seconds = await _play(user, view, None, target, time_limit, chosen.measure_every)
+                else:
+                    with Live(view.render(None, 0, "v1"), console=console, refresh_per_second=4) as live:
+                        reached, seconds = await _play(
+                            user, view, live, target, time_limit, chosen.measure_every
+                        )
                 return reached, seconds, await user.status()
             finally:
                 await user.close()
@@ -289,6 +296,28 @@ def demo(
     learning = (
         next((row.get("learning") for row in status["scenarios"] if row["name"] == scenario), None) or {}
     )
+    if as_json:
+        out.output.json(
+            {
+                "model": chosen.spec,
+                "preference": pref.description,
+                "target": target,
+                "reached": reached,
+                "teaching_seconds": round(seconds, 1),
+                "total_seconds": round(time.monotonic() - begun, 1),
+                "requests": user.requests,
+                "reports": user.reports,
+                "round_seconds": [round(x, 3) for x in user.round_seconds],
+                "curve": [{"release": name, "heldout": score} for name, score in view.curve],
+                "last_answer": view.last_answer,
+                "learning": learning,
+                "repository": str(repo),
+                "log": str(log_path),
+            }
+        )
+        if not reached:
+            raise typer.Exit(1)
+        return
     verdict = "reached" if reached else "did not reach"
     console.print(
         f"\n{verdict} the target {target:.2f} in {seconds:.0f}s of teaching and {user.reports} reports "

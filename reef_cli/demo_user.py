@@ -98,6 +98,7 @@ class DemoUser:
     requests: int = 0
     reports: int = 0
     started: float = field(default_factory=time.monotonic)
+    round_seconds: list[float] = field(default_factory=list)  # asking one group its answers
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -141,7 +142,9 @@ class DemoUser:
     async def teach_one_group(self) -> float:
         """Ask one prompt ``group_size`` times, score every answer, report each score."""
         prompt = self._rng.choice(self.train_prompts)
+        asked = time.monotonic()
         answers = await asyncio.gather(*(self.ask(prompt) for _ in range(self.group_size)))
+        self.round_seconds.append(time.monotonic() - asked)
         scores = []
         for text, receipt in answers:
             score = self.preference.score(text)

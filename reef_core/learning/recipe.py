@@ -60,6 +60,7 @@ class CheckResult:
     metrics: dict[str, float] = field(default_factory=dict)
     #: what the check wants kept with the step (reefine's replay table), stored in its record
     data: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0  # how long it ran (the worker times it)
 
 
 @dataclass

@@ -74,6 +74,7 @@ class LearningWorker:
         self.on_outcome = on_outcome
         self.outcomes: list[StepOutcome] = []
         self.steps = 0
+        self.proposed_seconds = 0.0  # the step's propose (training, for grpo)
         self.streak = 0
         self.state = "starting"
         #: item id -> {"state": proposing|checking|settled, "result": …} for items this worker took
@@ -146,6 +147,7 @@ class LearningWorker:
     def _step(self, batch: Batch) -> None:
         self.state = "stepping"
         started = time.perf_counter()
+        self.proposed_seconds = 0.0
         self._mark(batch, "proposing")
         base = self.scenario.releases.tip()
         checks: list[CheckResult] = []
@@ -153,6 +155,7 @@ class LearningWorker:
         skipped_record: dict[str, Any] = {}
         try:
             candidate = self.recipe.propose(self.scenario, batch)
+            self.proposed_seconds = time.perf_counter() - started
             self._mark(batch, "checking")
             checks = self._check(candidate)
         except Exception as exc:
@@ -259,11 +262,13 @@ class LearningWorker:
                     "passed": c.passed,
                     "detail": c.detail,
                     "metrics": c.metrics,
+                    "seconds": c.seconds,
                     **({"data": c.data} if c.data else {}),
                 }
                 for c in checks
             ],
             "seconds": round(seconds, 3),
+            "propose_seconds": round(self.proposed_seconds, 3),
         }
         tree = candidate.tree if candidate else (base.tree if base else _empty_tree(self.scenario))
         ask = candidate.ask if candidate else None
@@ -329,10 +334,12 @@ class _Settled:
 
 def _run_check(check: Callable[[], CheckResult]) -> CheckResult:
     name = getattr(check, "__name__", "check")
+    started = time.perf_counter()
     try:
-        return check()
+        result = check()
     except Exception as exc:  # a check that cannot decide rejects: the gate fails closed
-        return CheckResult(name=name, passed=False, detail=f"error: {type(exc).__name__}: {exc}")
+        result = CheckResult(name=name, passed=False, detail=f"error: {type(exc).__name__}: {exc}")
+    return replace(result, seconds=round(time.perf_counter() - started, 4))
 
 
 def _empty_tree(scenario: Scenario) -> str:
