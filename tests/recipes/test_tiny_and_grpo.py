@@ -159,10 +159,11 @@ def test_a_candidate_that_lowers_the_heldout_score_is_rejected_and_serving_is_un
     assert judged and all(
         s["verdict"].startswith("rejected") and "heldout_score" in s["verdict"] for s in judged
     )
-    # each was either estimated worse or moved too far from the scored answers to be judged
+    # each was either estimated worse beyond the noise or moved too far from the scored answers
+    # to be judged
     assert all(
-        s["metrics"]["heldout_candidate"] < s["metrics"]["heldout_current"]
-        or s["metrics"]["heldout_effective"] < 0.25 * s["metrics"]["heldout_samples"]
+        s["metrics"]["heldout_candidate"] < s["metrics"]["heldout_current"] - s["metrics"]["heldout_margin"]
+        or s["metrics"]["heldout_effective"] < max(4.0, 0.1 * s["metrics"]["heldout_samples"])
         for s in judged
     )
     published = [r for r in listing["releases"] if r["operation"] == "training"]
