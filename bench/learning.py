@@ -1,7 +1,7 @@
 """Learning benchmark: what one grpo update costs, and how fast a model learns from scores.
 
     python bench/learning.py [--steps 20]                  # the parts, on the embedded model
-    python bench/learning.py --loop tiny [--seeds 0,1,2]   # the whole loop, through reef demo
+    python bench/learning.py --loop tiny [--seeds 0,1,2] [--target 0.9]   # the whole loop
     python bench/learning.py --loop smollm2 [--seeds 0]
 
 **The parts** (in one process, on the embedded model, pretrained once and cached under
@@ -90,7 +90,7 @@ def _weights_size(repo: Path) -> int:
     return total
 
 
-def loop(model: str, seeds: list[int]) -> None:
+def loop(model: str, seeds: list[int], target: float) -> None:
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
             done = subprocess.run(
@@ -105,6 +105,8 @@ def loop(model: str, seeds: list[int]) -> None:
                     str(seed),
                     "--state-dir",
                     tmp,
+                    "--target",
+                    str(target),
                     "--json",
                 ],
                 capture_output=True,
@@ -163,7 +165,8 @@ def main() -> None:
             if "--seeds" in sys.argv
             else [0]
         )
-        loop(model, seeds)
+        target = float(sys.argv[sys.argv.index("--target") + 1]) if "--target" in sys.argv else 0.9
+        loop(model, seeds, target)
         return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
     base = ensure_pretrained(ROOT / ".cache" / "models" / "tiny", seconds=default_pretrain_seconds())

@@ -79,31 +79,16 @@ class LoraPolicy:
         return self
 
     def sequence_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]]
+        self,
+        prompts: list[list[int]],
+        responses: list[list[int]],
+        *,
+        temperature: float | Sequence[float] = 1.0,
     ) -> tuple[Tensor, Tensor]:
-        """Log-probs of each response token given its prompt and the tokens before it, and the
-        mask of real tokens; both ``[B, longest response]``.  Differentiable."""
-        rows = [[*p, *r] for p, r in zip(prompts, responses, strict=True)]
-        width, longest = max(len(r) for r in rows), max((len(r) for r in responses), default=0)
-        ids = torch.full((len(rows), width), self.pad, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):  # right-padded: positions count from each row's start
-            ids[i, : len(row)] = torch.tensor(row)
-            attention[i, : len(row)] = 1
-        device = next(self.peft.parameters()).device
-        model: Any = self.peft.base_model.model
-        logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
-        logp = torch.zeros((len(rows), longest), device=device)
-        mask = torch.zeros((len(rows), longest), device=device)
-        for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
-            if not response:
-                continue
-            start, n = len(prompt) - 1, len(response)
-            scores = torch.log_softmax(logits[i, start : start + n].float(), dim=-1)
-            target = torch.tensor(response, device=device).unsqueeze(1)
-            logp[i, :n] = scores.gather(1, target).squeeze(1)
-            mask[i, :n] = 1.0
-        return logp, mask
+        """Log-probs of each response token given its prompt and the tokens before it (under
+        the distribution at ``temperature``, one or one per row: the one each was sampled at),
+        and the mask of real tokens; both ``[B, longest response]``.  Differentiable."""
+        return causal_logprobs(self.peft.base_model.model, self.pad, prompts, responses, temperature)
 
     # -- adapter states ----------------------------------------------------------------------
 
@@ -132,29 +117,7 @@ class LoraPolicy:
     @torch.no_grad()
     def greedy(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[list[int]]:
         """Greedy answers to ``prompts`` under the current adapter (what the collapse check reads)."""
-        model: Any = self.peft.base_model.model
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):  # left-padded, as generate wants
-            ids[i, width - len(prompt) :] = torch.tensor(list(prompt))
-            attention[i, width - len(prompt) :] = 1
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=attention,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=self.pad,
-        )
-        answers = []
-        for row in out[:, width:].tolist():
-            answer = []
-            for token in row:
-                if token in self.eos:
-                    break
-                answer.append(int(token))
-            answers.append(answer)
-        return answers
+        return greedy_answers(self.peft.base_model.model, self.pad, self.eos, prompts, max_new_tokens)
 
 
 class _Base:
@@ -164,25 +127,34 @@ class _Base:
         self.policy = policy
 
     def sequence_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]]
+        self,
+        prompts: list[list[int]],
+        responses: list[list[int]],
+        *,
+        temperature: float | Sequence[float] = 1.0,
     ) -> tuple[Tensor, Tensor]:
         with self.policy.peft.disable_adapter():
-            return self.policy.sequence_logprobs(prompts, responses)
+            return self.policy.sequence_logprobs(prompts, responses, temperature=temperature)
 
 
 class _View:
-    """A policy with a given adapter state loaded before each use."""
+    """A policy (LoRA, or :class:`~recipes.grpo.full.FullPolicy`) with a given state loaded
+    before each use."""
 
-    def __init__(self, policy: LoraPolicy, state: Mapping[str, Tensor] | None) -> None:
+    def __init__(self, policy: Any, state: Mapping[str, Tensor] | None) -> None:
         self.policy, self.state = policy, state
 
     def sequence_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]]
+        self,
+        prompts: list[list[int]],
+        responses: list[list[int]],
+        *,
+        temperature: float | Sequence[float] = 1.0,
     ) -> tuple[Tensor, Tensor]:
         if self.state is None:
-            return self.policy.reference().sequence_logprobs(prompts, responses)
+            return self.policy.reference().sequence_logprobs(prompts, responses, temperature=temperature)
         self.policy.load(self.state)
-        return self.policy.sequence_logprobs(prompts, responses)
+        return self.policy.sequence_logprobs(prompts, responses, temperature=temperature)
 
 
 def state_digest(state: Mapping[str, Tensor] | None) -> str:
@@ -194,3 +166,65 @@ def state_digest(state: Mapping[str, Tensor] | None) -> str:
     for name in sorted(state):
         digest.update(name.encode() + state[name].detach().contiguous().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def causal_logprobs(
+    model: Any,
+    pad: int,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    temperature: float | Sequence[float] = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """``(log-probs, mask)`` of each response token under ``model`` (a causal LM), given its
+    prompt and the tokens before it, at each row's temperature; ``[B, longest response]``.
+    Differentiable."""
+    rows = [[*p, *r] for p, r in zip(prompts, responses, strict=True)]
+    width, longest = max(len(r) for r in rows), max((len(r) for r in responses), default=0)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):  # right-padded: positions count from each row's start
+        ids[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+    logp = torch.zeros((len(rows), longest), device=device)
+    mask = torch.zeros((len(rows), longest), device=device)
+    for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        if not response:
+            continue
+        start, n = len(prompt) - 1, len(response)
+        t = temperature if isinstance(temperature, (int, float)) else temperature[i]
+        scores = torch.log_softmax(logits[i, start : start + n].float() / t, dim=-1)
+        target = torch.tensor(response, device=device).unsqueeze(1)
+        logp[i, :n] = scores.gather(1, target).squeeze(1)
+        mask[i, :n] = 1.0
+    return logp, mask
+
+
+@torch.no_grad()
+def greedy_answers(
+    model: Any, pad: int, eos: set[int], prompts: Sequence[Sequence[int]], max_new_tokens: int
+) -> list[list[int]]:
+    """Greedy answers of ``model`` to ``prompts`` (token ids, up to an end-of-turn token)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):  # left-padded, as generate wants
+        ids[i, width - len(prompt) :] = torch.tensor(list(prompt))
+        attention[i, width - len(prompt) :] = 1
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=attention,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=pad,
+    )
+    answers = []
+    for row in out[:, width:].tolist():
+        answer = []
+        for token in row:
+            if token in eos:
+                break
+            answer.append(int(token))
+        answers.append(answer)
+    return answers

@@ -29,9 +29,14 @@ __all__ = [
 
 class Scorer(Protocol):
     def sequence_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]]
+        self,
+        prompts: list[list[int]],
+        responses: list[list[int]],
+        *,
+        temperature: float | Sequence[float] = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log-probs, mask)`` of each response token, ``[B, longest response]``."""
+        """``(log-probs, mask)`` of each response token, ``[B, longest response]``, under the
+        distribution at each row's ``temperature`` (the one its answer was sampled at)."""
         ...
 
 
@@ -87,12 +92,13 @@ def policy_step(
     far from the policy that wrote them; more passes learn more from each report)."""
     samples = [s for s, _ in weighted]
     prompts, responses = _batch(samples)
+    temperatures = [s.temperature for s in samples]
     advantages = torch.tensor([a for _, a in weighted]).unsqueeze(1)
     with torch.no_grad():
-        ref_logp, _ = reference.sequence_logprobs(prompts, responses)
+        ref_logp, _ = reference.sequence_logprobs(prompts, responses, temperature=temperatures)
     model.train()
     for _ in range(max(1, epochs)):
-        logp, mask = model.sequence_logprobs(prompts, responses)
+        logp, mask = model.sequence_logprobs(prompts, responses, temperature=temperatures)
         behaviour = torch.zeros_like(logp)
         for i, s in enumerate(samples):
             behaviour[i, : len(s.logprobs)] = torch.tensor(s.logprobs[: logp.shape[1]])
@@ -162,7 +168,7 @@ def estimate_reward(model: Scorer, samples: Sequence[Sample], *, chunk: int = 32
     deltas = []
     for start in range(0, len(samples), chunk):  # in chunks: a big vocabulary's logits are large
         part = samples[start : start + chunk]
-        logp, mask = model.sequence_logprobs(*_batch(part))
+        logp, mask = model.sequence_logprobs(*_batch(part), temperature=[s.temperature for s in part])
         for i, s in enumerate(part):
             n = len(s.logprobs)
             behaviour = torch.tensor(s.logprobs[: logp.shape[1]])

@@ -3,9 +3,10 @@
 On the embedded model (``builtin:tiny``) a step trains all the weights and a release holds them
 (``weights/model.safetensors``).  On a ``transformers`` model a step trains a LoRA adapter
 (:mod:`recipes.grpo.lora`) and a release holds the adapter (``weights/adapter_model.safetensors``
-and ``weights/adapter_config.json``) and names the base model it was trained on (spec and
-sha256); the first release is the base itself, with no adapter.  A release is never served on
-another base.
+and ``weights/adapter_config.json``), or, with ``recipe.config.lora false``, every weight
+(:mod:`recipes.grpo.full`; ``weights/model.safetensors``); either names the base model it was
+trained on (spec and sha256); the first release is the base itself, with no weights.  A release
+is never served on another base.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
+from recipes.grpo.full import FullPolicy, weights_digest
 from recipes.grpo.lora import LoraPolicy, LoraSettings, state_digest
 from recipes.grpo.objective import Scorer, difference_error, estimate_reward, group_advantages, policy_step
 from recipes.grpo.samples import Sample, read_scored, recent
@@ -101,15 +104,10 @@ class GrpoRecipe(Recipe):
             )
         self.engine = context.engine
         self.config = GrpoConfig.from_config(context.config)
-        #: a transformers model: steps train a LoRA adapter, releases hold it
+        #: a transformers model: steps train a LoRA adapter (or all the weights), releases hold it
         self.adapters = isinstance(self.engine, TransformersEngine)
-        if self.adapters and not self.config.lora:
-            raise ConfigError(
-                "recipe.config.lora false (training all the weights of a transformers model) is not "
-                "built: grpo trains a LoRA adapter on transformers models (leave recipe.config.lora true)",
-                field="recipe.config.lora",
-            )
-        self._policy: LoraPolicy | None = None
+        self.full = self.adapters and not self.config.lora
+        self._policy: LoraPolicy | FullPolicy | None = None
         self._cursor: str | None = None
         self._groups: dict[str, list[Sample]] = {}
         self._heldout: list[Sample] = []
@@ -168,6 +166,15 @@ class GrpoRecipe(Recipe):
                 "a release is never served on another base"
             )
         state, config = None, None
+        if WEIGHTS in files:  # every weight (recipe.config.lora false)
+            pointer = parse_pointer(files[WEIGHTS])
+            if pointer is None:
+                raise StoreError(f"{release.name} of {scenario.name}: {WEIGHTS} is not in LFS")
+            weights = safetensors.torch.load_file(str(read_lfs(scenario.path, pointer)))
+            seconds = self.engine.swap_weights(scenario.name, weights, release.number)
+            self.stats["swap_seconds"].append(round(seconds, 4))
+            self.stats["serving"] = release.name
+            return
         if ADAPTER in files:
             pointer = parse_pointer(files[ADAPTER])
             if pointer is None:
@@ -186,7 +193,12 @@ class GrpoRecipe(Recipe):
             ".gitattributes": GITATTRIBUTES,
             MANIFEST: json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n",
         }
-        if state is not None:
+        if state is not None and self.full:
+            with tempfile.TemporaryDirectory(prefix="reef-grpo-") as tmp:
+                path = Path(tmp) / "model.safetensors"
+                safetensors.torch.save_file(state, str(path))
+                files[WEIGHTS], _pointer = store_lfs(repo, scenario.path, path, link=True)
+        elif state is not None:
             blob, _pointer = store_lfs(repo, scenario.path, safetensors.torch.save(state))
             config = self._lora().adapter_config(self.engine.model_name)
             files[ADAPTER] = blob
@@ -302,12 +314,18 @@ class GrpoRecipe(Recipe):
 
     def _propose_adapter(self, scenario: Scenario, weighted: list[tuple[Sample, float]]) -> Candidate:
         if self._policy is None or self._optimizer is None:
-            self._policy = LoraPolicy(self.engine, self._lora(), seed=self.config.seed)
+            if self.full:
+                self._policy = FullPolicy(self.engine)
+            else:
+                self._policy = LoraPolicy(self.engine, self._lora(), seed=self.config.seed)
             self._optimizer = torch.optim.AdamW(self._policy.parameters(), lr=abs(self.config.lr))
         policy = self._policy
         if self.config.lr < 0:
             weighted = [(s, -a) for s, a in weighted]
-        served, version = self.engine.adapter_state(scenario.name)
+        if self.full:
+            served, version = self.engine.weights_state(scenario.name)
+        else:
+            served, version = self.engine.adapter_state(scenario.name)
         policy.load(served)
         started = time.perf_counter()
         stats = policy_step(
@@ -336,7 +354,11 @@ class GrpoRecipe(Recipe):
             "samples": stats.samples,
             "metrics": metrics,
             "base": base,
-            "adapter": {"r": self.config.lora_rank, "lora_alpha": self.config.lora_alpha},
+            **(
+                {"weights": "full"}
+                if self.full
+                else {"adapter": {"r": self.config.lora_rank, "lora_alpha": self.config.lora_alpha}}
+            ),
         }
         tree = self._adapter_tree(scenario, state, manifest)
         return Candidate(
@@ -376,71 +398,80 @@ class GrpoRecipe(Recipe):
         }
         return CheckResult("heldout_score", passed, detail, metrics)
 
-    def _adapter_checks(self, candidate: Candidate) -> list:
-        served_view, candidate_view, served, state = candidate.payload
-        policy = self._policy
-        assert policy is not None  # a candidate was proposed
+    def checks(self, scenario: Scenario, candidate: Candidate) -> list:
+        """One set for both kinds of model: the held-out score must not drop, the text must not
+        collapse, the weights must have moved.  What differs is how each kind scores, answers
+        and fingerprints (:meth:`_parts`)."""
+        served, model, answer, fingerprints = self._parts(candidate)
+        version = candidate.record["trained_from_version"]
 
         def heldout_score() -> CheckResult:
             with torch.no_grad():
-                version = candidate.record["trained_from_version"]
-                return self._heldout_check(served_view, candidate_view, version)
+                return self._heldout_check(served, model, version)
 
         def no_collapse() -> CheckResult:
-            tokenizer = self.engine.tokenizer
-            prompts = [
-                list(
-                    tokenizer.apply_chat_template(
-                        [{"role": "user", "content": p}],
-                        add_generation_prompt=True,
-                        tokenize=True,
-                        return_dict=False,
-                    )
-                )
-                for p in corpus.heldout_prompts(n=8)
-            ]
-            policy.load(state)
-            answers = policy.greedy(prompts, max_new_tokens=24)
+            answers = answer(corpus.heldout_prompts(n=8))
             distinct = len({t for a in answers for t in a})
             mean_len = sum(len(a) for a in answers) / len(answers)
             passed = distinct >= self.config.min_distinct_bytes and mean_len >= 2
+            unit = "tokens" if self.adapters else "bytes"
             return CheckResult(
                 "no_collapse",
                 passed,
-                f"{distinct} distinct tokens, mean length {mean_len:.1f}",
-                {"distinct_tokens": float(distinct), "mean_length": mean_len},
+                f"{distinct} distinct {unit}, mean length {mean_len:.1f}",
+                {f"distinct_{unit}": float(distinct), "mean_length": mean_len},
             )
 
         def weights_moved() -> CheckResult:
-            before, after = state_digest(served), state_digest(state)
+            before, after = fingerprints()
             return CheckResult("weights_moved", before != after, f"{before} → {after}")
 
         return [heldout_score, no_collapse, weights_moved]
 
-    def checks(self, scenario: Scenario, candidate: Candidate) -> list:
+    def _parts(
+        self, candidate: Candidate
+    ) -> tuple[Scorer, Scorer, Callable[[list[str]], list[list[int]]], Callable[[], tuple[str, str]]]:
+        """The served and candidate scorers, the candidate's greedy-ish answers to prompts (token
+        ids; bytes on tiny) and the fingerprints of the served and candidate weights."""
         if self.adapters:
-            return self._adapter_checks(candidate)
+            served_view, candidate_view, served_state, state = candidate.payload
+            policy = self._policy
+            assert policy is not None  # a candidate was proposed
+            digest = weights_digest if self.full else state_digest
+            tokenizer = self.engine.tokenizer
+
+            def adapter_answers(prompts: list[str]) -> list[list[int]]:
+                ids = [
+                    list(
+                        tokenizer.apply_chat_template(
+                            [{"role": "user", "content": p}],
+                            add_generation_prompt=True,
+                            tokenize=True,
+                            return_dict=False,
+                        )
+                    )
+                    for p in prompts
+                ]
+                policy.load(state)
+                return policy.greedy(ids, max_new_tokens=24)
+
+            return (
+                served_view,
+                candidate_view,
+                adapter_answers,
+                lambda: (digest(served_state), digest(state)),
+            )
         served, model = candidate.payload
 
-        def heldout_score() -> CheckResult:
-            return self._heldout_check(served, model, candidate.record["trained_from_version"])
-
-        def no_collapse() -> CheckResult:
-            prompts = [prompt_ids([{"role": "user", "content": p}], 160) for p in corpus.heldout_prompts(n=8)]
+        def tiny_answers(prompts: list[str]) -> list[list[int]]:
+            ids = [prompt_ids([{"role": "user", "content": p}], 160) for p in prompts]
             generator = torch.Generator().manual_seed(self.config.seed)
-            answers = model.generate(prompts, max_new_tokens=48, generator=generator)
-            distinct = len({t for a in answers for t in a.tokens if t < 256})
-            mean_len = sum(len(a.tokens) for a in answers) / len(answers)
-            passed = distinct >= self.config.min_distinct_bytes and mean_len >= 2
-            return CheckResult(
-                "no_collapse",
-                passed,
-                f"{distinct} distinct bytes, mean length {mean_len:.1f}",
-                {"distinct_bytes": float(distinct), "mean_length": mean_len},
-            )
+            answers = model.generate(ids, max_new_tokens=48, generator=generator)
+            return [[t for t in a.tokens if t < 256] for a in answers]
 
-        def weights_moved() -> CheckResult:
-            before, after = checkpoint.state_fingerprint(served), checkpoint.state_fingerprint(model)
-            return CheckResult("weights_moved", before != after, f"{before} → {after}")
-
-        return [heldout_score, no_collapse, weights_moved]
+        return (
+            served,
+            model,
+            tiny_answers,
+            lambda: (checkpoint.state_fingerprint(served), checkpoint.state_fingerprint(model)),
+        )

@@ -20,6 +20,9 @@ class Sample:
     logprobs: tuple[float, ...]
     reward: float
     version: int
+    #: the temperature it was sampled at: its log-probs are under that distribution, and the
+    #: policy scores it at the same one (1 for a greedy answer, whose log-probs are the model's own)
+    temperature: float = 1.0
 
     @property
     def group(self) -> str:
@@ -51,6 +54,7 @@ def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, li
                         logprobs=tuple(tokens["logprobs"]),
                         reward=float(score),
                         version=int(tokens.get("weight_version") or 0),
+                        temperature=float(tokens.get("temperature") or 1.0),
                     )
                 )
         yield report.id, samples

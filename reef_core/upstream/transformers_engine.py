@@ -141,11 +141,13 @@ class _LiveStream:
 
 @dataclass(frozen=True, eq=False)
 class _Served:
-    """What one scenario is served: a ``peft`` adapter (``None``: the base model) and its version."""
+    """What one scenario is served: a ``peft`` adapter or a whole model of its own (neither: the
+    base model), and its version."""
 
     adapter: str | None
     version: int
     config: dict[str, Any] | None = None
+    model: Any = None  # a full copy with trained weights (grpo with recipe.config.lora false)
 
 
 _BASE = _Served(None, 0)
@@ -241,6 +243,36 @@ class TransformersEngine:
                 self._adapted.delete_adapter(old.adapter)
             self._served[scenario] = new
         return time.perf_counter() - started
+
+    def swap_weights(self, scenario: str, state: Mapping[str, torch.Tensor] | None, version: int) -> float:
+        """Serve ``scenario`` a whole model of its own with ``state`` as its weights (every tensor
+        of the base model's ``state_dict``), or the base model for ``None``, from the next batch
+        on; returns the seconds it took.  Weights that do not fit the model are refused and what
+        was served stays.  Each such scenario holds a full copy of the model in memory."""
+        started = time.perf_counter()
+        model = None
+        if state is not None:
+            model = copy.deepcopy(self.model)  # built outside the lock: serving goes on meanwhile
+            try:
+                model.load_state_dict(dict(state), strict=True)
+            except (RuntimeError, KeyError) as exc:
+                raise ConfigError(f"the weights do not fit {self.model_name}: {exc}") from exc
+            model.eval().requires_grad_(False)
+        with self._lock:
+            old = self._served.get(scenario, _BASE)
+            if old.adapter is not None:
+                self._adapted.delete_adapter(old.adapter)
+            self._served[scenario] = _Served(None, version, model=model)
+        return time.perf_counter() - started
+
+    def weights_state(self, scenario: str | None) -> tuple[dict[str, torch.Tensor] | None, int]:
+        """A private copy of the whole-model weights ``scenario`` is served (``None``: the base
+        model, or an adapter), and its version."""
+        with self._lock:
+            served = self._served.get(scenario or "", _BASE)
+            if served.model is None:
+                return None, served.version
+            return {k: v.detach().clone() for k, v in served.model.state_dict().items()}, served.version
 
     def _install(self, state: dict[str, torch.Tensor], settings: dict[str, Any]) -> str:
         """A new adapter holding ``state``; its name.  Called under the lock."""
@@ -418,10 +450,11 @@ class TransformersEngine:
                     break
                 batch.append(more)
             with self._lock:
-                groups: dict[tuple[str | None, int], tuple[_Served, list[_Job]]] = {}
-                for each in batch:
+                groups: dict[tuple[str | None, int, int], tuple[_Served, list[_Job]]] = {}
+                for each in batch:  # one batch per thing served: the base, an adapter, a full copy
                     served = self._served.get(each.scenario or "", _BASE)
-                    groups.setdefault((served.adapter, served.version), (served, []))[1].append(each)
+                    copy_id = 0 if served.model is None else id(served.model)
+                    groups.setdefault((served.adapter, served.version, copy_id), (served, []))[1].append(each)
                 for served, jobs in groups.values():
                     self.stats["batches"] += 1
                     self.stats["largest"] = max(self.stats["largest"], len(jobs))
@@ -446,7 +479,9 @@ class TransformersEngine:
         rows = [_Row(job) for job in jobs]
         past = None
         version, model = served.version, self.model
-        if served.adapter is not None:
+        if served.model is not None:
+            model = served.model
+        elif served.adapter is not None:
             self._adapted.set_adapter(served.adapter)
             model = self._adapted.base_model.model  # the shared copy, with the adapters in it
         with torch.inference_mode():

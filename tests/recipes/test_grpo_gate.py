@@ -56,3 +56,44 @@ def test_counts_below_one_are_refused_naming_the_setting(key: str) -> None:
 def test_epochs_and_the_effective_share_are_settings() -> None:
     config = GrpoConfig.from_config({"epochs": "2", "heldout_effective": "0.2"})
     assert (config.epochs, config.heldout_effective) == (2, 0.2)
+
+
+def test_answers_sampled_at_any_temperature_train_on_policy() -> None:
+    """The served policy's first update on its own answers sees ratios of 1 (nothing clipped)
+    whatever temperature each answer was drawn at: it scores each at its own temperature."""
+    import torch
+
+    from recipes.grpo.objective import policy_step
+    from reef_core.models.tiny import TinyConfig, TinyLM
+    from reef_core.models.tiny.tokenizer import BOS
+
+    torch.manual_seed(0)
+    model = TinyLM(TinyConfig(d_model=64, n_layer=2, n_head=2, max_len=128))
+    reference = TinyLM(model.config)
+    reference.load_state_dict(model.state_dict())
+    prompt = [BOS, 72, 105]
+    weighted = []
+    for i, temperature in enumerate([0.3, 0.3, 0.7, 0.7, 1.0, 1.0, 1.6, 1.6]):
+        (answer,) = model.generate(
+            [prompt], max_new_tokens=12, temperature=temperature, generator=torch.Generator().manual_seed(i)
+        )
+        sample = Sample(
+            f"rec_{i}",
+            "rep",
+            tuple(prompt),
+            tuple(answer.tokens),
+            tuple(answer.logprobs),
+            float(i % 2),
+            1,
+            temperature,
+        )
+        weighted.append((sample, 1.0 if i % 2 else -1.0))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    stats = policy_step(model, reference, optimizer, weighted, kl_coef=0.05, clip=0.01)
+    assert stats.clipped == 0.0  # at temperature 1 only, the 0.3 and 1.6 answers' ratios are far from 1
+    # and the estimate of the model that wrote them weighs them all alike
+    from recipes.grpo.objective import estimate_reward
+
+    with torch.no_grad():
+        reference_estimate = estimate_reward(reference, [s for s, _ in weighted])
+    assert reference_estimate.weights == pytest.approx((1.0,) * 8, abs=1e-4)

@@ -80,10 +80,12 @@ def test_lora_steps_rewarding_a_token_raise_its_logprob_and_leave_the_base_alone
 
 
 @pytest.mark.slow
-def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_path: Path):
-    """A tiny random Llama served from its model directory through a real daemon: two LoRA
-    steps from scored answers, each a release holding its adapter in LFS and naming its base;
-    served after the swap; a rollback to v1 (the base) restores its log-probs exactly."""
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full-weights"])
+def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_path: Path, lora: bool):
+    """A tiny random Llama served from its model directory through a real daemon: two steps from
+    scored answers, each a release holding its adapter (or, with ``lora false``, every weight)
+    in LFS and naming its base; served after the swap; a rollback to v1 (the base) restores its
+    log-probs exactly."""
     model_dir = write_llama_dir(tmp_path / "tiny")
     reef = RunningReef(
         tmp_path / "reef",
@@ -96,7 +98,7 @@ def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_
         *("--recipe.config.group-size", "4", "--recipe.config.groups-per-step", "1"),
         *("--recipe.config.heldout-every", "2", "--recipe.config.heldout-min", "4"),
         *("--recipe.config.heldout-tolerance", "1.0", "--recipe.config.min-distinct-bytes", "2"),
-        *("--recipe.config.lr", "0.001"),
+        *("--recipe.config.lr", "0.001", "--recipe.config.lora", str(lora).lower()),
     ).start(timeout=120)
     try:
         httpx.post(f"{reef.url}/reef/scenarios", json={"name": "lora"}).raise_for_status()
@@ -148,11 +150,18 @@ def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_
         repo = reef.repo("lora")
         git("-C", repo, *LFS_CONFIG, "lfs", "fsck")
         listed = git("-C", repo, *LFS_CONFIG, "lfs", "ls-files", "--all").stdout
-        assert listed.count("weights/adapter_model.safetensors") >= 2
         manifest = json.loads(git("-C", repo, "show", "release:reef-release.json").stdout)
         assert manifest["base"] == {"spec": engine.model_name, "sha256": engine.identity}
-        adapter_config = json.loads(git("-C", repo, "show", "release:weights/adapter_config.json").stdout)
-        assert adapter_config["r"] == 16 and adapter_config["peft_type"] == "LORA"
+        if lora:
+            assert listed.count("weights/adapter_model.safetensors") >= 2
+            adapter_config = json.loads(git("-C", repo, "show", "release:weights/adapter_config.json").stdout)
+            assert adapter_config["r"] == 16 and adapter_config["peft_type"] == "LORA"
+        else:
+            assert listed.count("weights/model.safetensors") >= 2 and "adapter" not in listed
+            assert manifest["weights"] == "full"
+            # every weight of the model, and the served base never changed
+            weights = git("-C", repo, *LFS_CONFIG, "lfs", "ls-files", "--name-only", "release").stdout
+            assert weights.split() == ["weights/model.safetensors"]
 
         rolled = client.post("/reef/scenarios/lora/rollback", json={"release": "v1"})
         assert rolled.status_code == 200, rolled.text
@@ -174,9 +183,7 @@ def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_
         reef.stop()
 
 
-def test_training_all_the_weights_of_a_transformers_model_is_refused_as_not_built(
-    engine: TransformersEngine, tmp_path: Path
-):
+def test_lora_is_a_switch_of_the_recipe(engine: TransformersEngine, tmp_path: Path):
     from recipes.grpo.recipe import GrpoConfig, GrpoRecipe
     from reef_core.errors import ConfigError
     from reef_core.learning import RecipeContext
@@ -186,7 +193,43 @@ def test_training_all_the_weights_of_a_transformers_model_is_refused_as_not_buil
     )
     with pytest.raises(ConfigError, match="true or false"):
         GrpoConfig.from_config({"lora": "maybe"})
-    with pytest.raises(ConfigError, match="not built") as refused:
-        GrpoRecipe(RecipeContext(cache_dir=tmp_path, engine=engine, config={"lora": "false"}))
-    assert refused.value.field == "recipe.config.lora"
-    assert GrpoRecipe(RecipeContext(cache_dir=tmp_path, engine=engine)).adapters
+    full = GrpoRecipe(RecipeContext(cache_dir=tmp_path, engine=engine, config={"lora": "false"}))
+    assert full.adapters and full.full
+    assert not GrpoRecipe(RecipeContext(cache_dir=tmp_path, engine=engine)).full
+
+
+def test_full_weight_steps_raise_a_rewarded_tokens_logprob_and_leave_the_base_alone(
+    engine: TransformersEngine,
+):
+    from recipes.grpo.full import FullPolicy, weights_digest
+
+    base_weights = fingerprint(engine.model)
+    policy = FullPolicy(engine)
+    prompt = [
+        int(t) for t in engine.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    ]
+    target = int(engine.tokenizer.encode("S")[0])
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    responses = [[target, 70], [71, 72], [target, 73], [74, 75]]
+    samples = []
+    for i, response in enumerate(responses):
+        logp, _ = policy.sequence_logprobs([prompt], [response])
+        reward = 1.0 if response[0] == target else 0.0
+        logprobs = tuple(logp[0].tolist())
+        samples.append(Sample(f"r{i}", "p", tuple(prompt), tuple(response), logprobs, reward, 1))
+
+    def first(state):
+        with torch.no_grad():
+            logp, _ = policy.view(state).sequence_logprobs([prompt], [[target]])
+        return float(logp[0, 0])
+
+    before = first(None)
+    for _ in range(3):
+        weighted = group_advantages([samples])
+        policy_step(policy, policy.reference(), optimizer, weighted, kl_coef=0.05, clip=0.2)
+    trained = policy.state()
+    assert first(trained) > before + 0.1
+    assert first(None) == pytest.approx(before, abs=1e-6)  # the base is still the base
+    assert fingerprint(engine.model) == base_weights
+    assert set(trained) == set(engine.model.state_dict())
+    assert weights_digest(trained) != weights_digest(None) == "base"

@@ -335,21 +335,28 @@ class TinyLM(nn.Module):
         prompts: list[list[int]],
         responses: list[list[int]],
         *,
-        temperature: float = 1.0,
+        temperature: float | Sequence[float] = 1.0,
     ) -> tuple[Tensor, Tensor]:
         """Log-probs of each response token given its prompt and the tokens before it.
 
         Returns ``(logprobs, mask)``, both ``[B, Lmax]`` float with ``Lmax`` the longest
         response; padding is 0 in both.  Differentiable (no ``no_grad`` here): this is what a
-        policy-gradient loss is built from.  ``temperature`` must match the sampling one for
-        ratios against ``Generation.logprobs`` to be 1 on-policy.
+        policy-gradient loss is built from.  ``temperature`` (one, or one per row) must match
+        the sampling one for ratios against ``Generation.logprobs`` to be 1 on-policy.
         """
         self._check(prompts, "prompts", nonempty=True)
         self._check(responses, "responses", nonempty=False)
         if len(prompts) != len(responses):
             raise InvalidInput("prompts and responses differ in length", field="responses")
-        temp = self._temperature(temperature, allow_zero=False)
         device = self.tok.weight.device
+        if isinstance(temperature, (int, float)):
+            temp: float | Tensor = self._temperature(temperature, allow_zero=False)
+        else:
+            if len(temperature) != len(prompts):
+                raise InvalidInput("one temperature per row", field="temperature")
+            temp = torch.tensor(
+                [self._temperature(t, allow_zero=False) for t in temperature], device=device
+            ).view(-1, 1, 1)
         longest = max((len(r) for r in responses), default=0)
         if longest == 0:
             empty = torch.zeros(len(prompts), 0, device=device)
