@@ -415,7 +415,7 @@ def test_the_readme_links_every_docs_page():
         "reef serve --inference.upstream-api grpc",
         "reef serve --port 8900",  # settings are dotted
         "reef serve --recipe reefine --recipe.config.no-such-budget 3",
-        "scripts/setup.sh && .venv/bin/reef demo --model smollm2",
+        "scripts/setup.sh && .venv/bin/reef demo --model-size big",
         'echo "$(reef nonexistent-verb)"',
         "reef-pi evolve 'text' --no-such-flag",
         "reef-pi report --feedback 'no score'",
