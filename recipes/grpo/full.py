@@ -12,14 +12,13 @@ default; this is for when an adapter cannot learn what is asked.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from recipes.grpo.lora import _View, causal_logprobs, greedy_answers
+from recipes.grpo.lora import _View, causal_logprobs, greedy_answers, tensors_digest
 
 __all__ = ["FullPolicy", "weights_digest"]
 
@@ -88,9 +87,4 @@ class _Frozen:
 
 def weights_digest(state: Mapping[str, Tensor] | None) -> str:
     """A short digest of whole-model weights (``"base"`` for none)."""
-    if state is None:
-        return "base"
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        digest.update(name.encode() + state[name].detach().contiguous().cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return "base" if state is None else tensors_digest(state)

@@ -162,6 +162,11 @@ def state_digest(state: Mapping[str, Tensor] | None) -> str:
     every B matrix zero)."""
     if state is None or all(not bool(v.any()) for k, v in state.items() if "lora_B" in k):
         return "base"
+    return tensors_digest(state)
+
+
+def tensors_digest(state: Mapping[str, Tensor]) -> str:
+    """16 hex digits of sha256 over the tensors' names and values."""
     digest = hashlib.sha256()
     for name in sorted(state):
         digest.update(name.encode() + state[name].detach().contiguous().cpu().numpy().tobytes())
