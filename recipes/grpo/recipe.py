@@ -134,25 +134,26 @@ class GrpoRecipe(Recipe):
     def deliver(self, scenario: Scenario, release: Release) -> None:
         files = scenario.releases.files(release)
         if self.adapters:
-            self._deliver_adapter(scenario, release, files)
-            return
-        if ADAPTER in files:
-            raise StoreError(
-                f"{release.name} of {scenario.name} holds a LoRA adapter for a transformers model; "
-                f"{self.engine.model_name} is served"
-            )
-        pointer = parse_pointer(files.get(WEIGHTS, b""))
-        if pointer is None:
-            raise StoreError(f"{release.name} of {scenario.name} holds no {WEIGHTS}")
-        state = checkpoint.load_state(read_lfs(scenario.path, pointer))
-        seconds = self.engine.swap(scenario.name, state, release.number)
+            seconds = self._deliver_transformers(scenario, release, files)
+        else:
+            if ADAPTER in files:
+                raise StoreError(
+                    f"{release.name} of {scenario.name} holds a LoRA adapter for a transformers model; "
+                    f"{self.engine.model_name} is served"
+                )
+            pointer = parse_pointer(files.get(WEIGHTS, b""))
+            if pointer is None:
+                raise StoreError(f"{release.name} of {scenario.name} holds no {WEIGHTS}")
+            state = checkpoint.load_state(read_lfs(scenario.path, pointer))
+            seconds = self.engine.swap(scenario.name, state, release.number)
         self.stats["swap_seconds"].append(round(seconds, 4))
         self.stats["serving"] = release.name
 
     def _base(self) -> dict[str, str]:
         return {"spec": self.engine.model_name, "sha256": self.engine.identity}
 
-    def _deliver_adapter(self, scenario: Scenario, release: Release, files: dict[str, bytes]) -> None:
+    def _deliver_transformers(self, scenario: Scenario, release: Release, files: dict[str, bytes]) -> float:
+        """Serve a transformers release (the base, an adapter or every weight); the swap's seconds."""
         try:
             manifest = json.loads(files.get(MANIFEST, b"{}"))
         except ValueError as exc:
@@ -165,25 +166,19 @@ class GrpoRecipe(Recipe):
                 f"the served {self.engine.model_name} is sha256 {self.engine.identity}: "
                 "a release is never served on another base"
             )
-        state, config = None, None
+
+        def tensors(path: str) -> dict[str, torch.Tensor]:
+            pointer = parse_pointer(files[path])
+            if pointer is None:
+                raise StoreError(f"{release.name} of {scenario.name}: {path} is not in LFS")
+            return safetensors.torch.load_file(str(read_lfs(scenario.path, pointer)))
+
         if WEIGHTS in files:  # every weight (recipe.config.lora false)
-            pointer = parse_pointer(files[WEIGHTS])
-            if pointer is None:
-                raise StoreError(f"{release.name} of {scenario.name}: {WEIGHTS} is not in LFS")
-            weights = safetensors.torch.load_file(str(read_lfs(scenario.path, pointer)))
-            seconds = self.engine.swap_weights(scenario.name, weights, release.number)
-            self.stats["swap_seconds"].append(round(seconds, 4))
-            self.stats["serving"] = release.name
-            return
+            return self.engine.swap_weights(scenario.name, tensors(WEIGHTS), release.number)
         if ADAPTER in files:
-            pointer = parse_pointer(files[ADAPTER])
-            if pointer is None:
-                raise StoreError(f"{release.name} of {scenario.name}: {ADAPTER} is not in LFS")
-            state = safetensors.torch.load_file(str(read_lfs(scenario.path, pointer)))
             config = json.loads(files.get(ADAPTER_CONFIG, b"null"))
-        seconds = self.engine.swap(scenario.name, state, release.number, config=config)
-        self.stats["swap_seconds"].append(round(seconds, 4))
-        self.stats["serving"] = release.name
+            return self.engine.swap(scenario.name, tensors(ADAPTER), release.number, config=config)
+        return self.engine.swap(scenario.name, None, release.number)
 
     def _adapter_tree(
         self, scenario: Scenario, state: dict[str, torch.Tensor] | None, manifest: dict[str, Any]
