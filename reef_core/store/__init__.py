@@ -20,7 +20,7 @@ from reef_core.store.releases import (
 )
 from reef_core.store.scenarios import Scenario, ScenarioReader, Store, StoreOptions
 from reef_core.store.trees import build_tree, iter_files
-from reef_core.store.writer import RawJSON
+from reef_core.store.writer import GroupItem, RawJSON
 
 __all__ = [
     "CANDIDATES_PREFIX",
@@ -31,6 +31,7 @@ __all__ = [
     "RELEASE_REF",
     "Candidate",
     "DataReader",
+    "GroupItem",
     "Item",
     "LfsPointer",
     "RawJSON",

@@ -34,7 +34,7 @@ from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
 from reef_core.store.scratch import leftovers
 from reef_core.store.space import SpaceWatch, out_of_space
-from reef_core.store.writer import SPARE_FILES, GroupCommitWriter
+from reef_core.store.writer import SPARE_FILES, GroupCommitWriter, GroupItem
 
 __all__ = [
     "Scenario",
@@ -121,6 +121,11 @@ class Scenario(ScenarioReader):
         """:meth:`append` (same options) for an asyncio future of the running loop, or of
         ``loop=`` (see ``GroupCommitWriter.submit_in_loop``)."""
         return self.writer.submit_in_loop(kind, body, **options)
+
+    def append_group(self, items: list[GroupItem]) -> Future[list[str]]:
+        """Queue ``items`` to be committed together or not at all (one ref move); the future
+        resolves to their ids in order (see ``GroupCommitWriter.submit_group``)."""
+        return self.writer.submit_group(items)
 
     def append_sync(self, kind: str, body: Mapping[str, Any], **kwargs: Any) -> str:
         return self.append(kind, body, **kwargs).result()

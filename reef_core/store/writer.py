@@ -48,6 +48,7 @@ from reef_core.store.space import SpaceWatch, out_of_space
 
 __all__ = [
     "GroupCommitWriter",
+    "GroupItem",
     "RawJSON",
 ]
 
@@ -80,6 +81,16 @@ class _Pending:
     trailers: Mapping[str, str]
     future: Future[str] | asyncio.Future[str]
     loop: asyncio.AbstractEventLoop | None = None  # the loop that owns ``future``, if asyncio's
+
+
+@dataclass(frozen=True)
+class GroupItem:
+    """One item of a group (:meth:`GroupCommitWriter.submit_group`)."""
+
+    kind: str
+    body: Mapping[str, Any]
+    summary: str = ""
+    trailers: Mapping[str, str] | None = None
 
 
 class RawJSON(bytes):
@@ -222,6 +233,49 @@ class GroupCommitWriter:
         self._submit(kind, body, future=future, loop=loop, **options)
         return future
 
+    def submit_group(self, items: list[GroupItem]) -> Future[list[str]]:
+        """Queue ``items`` as one group: written in one batch, one ref move, never split, so
+        either all of them are on the branch or none is.  The future resolves to their ids in
+        order.  Every item is validated before any is queued: bad input queues nothing.
+        """
+        if not items:
+            raise InvalidInput("a group needs at least one item", field="body")
+        for item in items:
+            _check_item(item.kind, item.body)
+        futures: list[Future[str]] = []
+        with self._submit_lock:
+            if self._closed:
+                raise StoreError(f"scenario {self._handle.path.stem} is closed")
+            group = []
+            for item in items:  # an item that fails to serialise leaves the group unqueued
+                future: Future[str] = Future()
+                futures.append(future)
+                group.append(self._pending(item.kind, item.body, item.summary, item.trailers, future, None))
+            self._queued += len(group)
+            self._queue.put(group)  # a list: the thread takes it whole
+        return _joined(futures)
+
+    def _pending(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        summary: str,
+        trailers: Mapping[str, str] | None,
+        future: Future[str] | asyncio.Future[str],
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> _Pending:
+        """An item's id and serialised form; the caller holds the submit lock."""
+        item_id = self._ids.new(kind)
+        document = {"id": str(item_id), "kind": kind, "created_at": item_id.created_at}
+        document.update(body)
+        try:
+            payload = self._serialise(document)
+        except InvalidInput:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"{kind} is not JSON-serialisable: {exc}", field="body") from exc
+        return _Pending(item_id, payload + b"\n", summary, trailers or {}, future, loop)
+
     def _submit(
         self,
         kind: str,
@@ -233,24 +287,11 @@ class GroupCommitWriter:
         trailers: Mapping[str, str] | None = None,
         now: bool = False,
     ) -> None:
-        if kind not in KINDS:
-            raise InvalidInput(f"unknown item kind {kind!r}", field="kind")
-        clash = [key for key in _RESERVED if key in body]
-        if clash:
-            raise InvalidInput(f"field {clash[0]!r} is set by the store", field=clash[0])
+        _check_item(kind, body)
         with self._submit_lock:
             if self._closed:
                 raise StoreError(f"scenario {self._handle.path.stem} is closed")
-            item_id = self._ids.new(kind)
-            document = {"id": str(item_id), "kind": kind, "created_at": item_id.created_at}
-            document.update(body)
-            try:
-                payload = self._serialise(document)
-            except InvalidInput:
-                raise
-            except (TypeError, ValueError) as exc:
-                raise InvalidInput(f"{kind} is not JSON-serialisable: {exc}", field="body") from exc
-            pending = _Pending(item_id, payload + b"\n", summary, trailers or {}, future, loop)
+            pending = self._pending(kind, body, summary, trailers, future, loop)
             inline = (
                 now
                 and len(pending.payload) <= _INLINE_MAX
@@ -318,7 +359,8 @@ class GroupCommitWriter:
                 return
             if first is _RESTOCK:
                 continue
-            batch = [first]
+            # a group (a list) is taken whole, even past max_batch: it is one commit or none
+            batch = list(first) if isinstance(first, list) else [first]
             while len(batch) < self._max_batch:
                 try:
                     more = self._queue.get_nowait()
@@ -327,7 +369,9 @@ class GroupCommitWriter:
                 if more is _STOP:
                     stopping = True
                     break
-                if more is not _RESTOCK:
+                if isinstance(more, list):
+                    batch.extend(more)
+                elif more is not _RESTOCK:
                     batch.append(more)
             with self._commit_lock:
                 self._write(batch, queued=True)
@@ -539,6 +583,37 @@ class _HotTree:
                 newest = max(node.children)
                 node.children = {newest: node.children[newest]}
                 node = node.children[newest]
+
+
+def _check_item(kind: str, body: Mapping[str, Any]) -> None:
+    if kind not in KINDS:
+        raise InvalidInput(f"unknown item kind {kind!r}", field="kind")
+    clash = [key for key in _RESERVED if key in body]
+    if clash:
+        raise InvalidInput(f"field {clash[0]!r} is set by the store", field=clash[0])
+
+
+def _joined(futures: list[Future[str]]) -> Future[list[str]]:
+    """One future for a group's: its ids in order, or the first failure (a group's items are
+    settled together, with one outcome)."""
+    joined: Future[list[str]] = Future()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def done(_: Future[str]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        failed = next((f.exception() for f in futures if f.exception() is not None), None)
+        if failed is not None:
+            joined.set_exception(failed)
+        else:
+            joined.set_result([f.result() for f in futures])
+
+    for future in futures:
+        future.add_done_callback(done)
+    return joined
 
 
 def _settle_all(batch: list[_Pending], error: Exception | None) -> None:
