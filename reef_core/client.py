@@ -330,15 +330,14 @@ class ReefClient:
         body = {"release": _step_name(candidate)}
         return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/reject", json=body)
 
-    def harness(self, scenario: str, release: str | None = None, *, content: bool = False) -> dict[str, Any]:
-        """The manifest of the served tree (or of ``release``): files, release, requires; with
-        ``content``, each file's text too."""
-        params: dict[str, Any] = {}
-        if release:
-            params["release"] = release
-        if content:
-            params["content"] = "true"
-        return self._call("GET", "/reef/harness", params=params or None, scenario=scenario)
+    def harness(self, scenario: str, release: str | None = None) -> dict[str, Any]:
+        """The served tree (or ``release``): ``files`` (path → text), release, requires."""
+        params = {"release": release} if release else None
+        return self._call("GET", "/reef/harness", params=params, scenario=scenario)
+
+    def versions(self, scenario: str) -> list[dict[str, Any]]:
+        """The releases oldest first, each with the gate metrics of the step that made it."""
+        return list(self._call("GET", "/reef/harness/versions", scenario=scenario)["versions"])
 
     def installer(self, scenario: str, adapter: str = "pi", release: str | None = None) -> str:
         """The self-contained sh script that installs the scenario's harness for ``adapter``."""

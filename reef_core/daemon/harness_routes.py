@@ -5,7 +5,8 @@
 | ``POST /reef/train`` | store a screened ask; the recipe's worker takes it from there |
 | ``GET /reef/harness/requests/{id}/progress`` | queued, proposing, checking, settled + result |
 | ``GET /reef/harness/requests/{id}/page`` | the step page once settled (a redirect), else a waiting page |
-| ``GET /reef/harness?release=`` | files, release and requirements of the served (or named) tree |
+| ``GET /reef/harness?release=`` | files (path → text), release, requires of the served (or named) tree |
+| ``GET /reef/harness/versions`` | releases oldest first, with their gate metrics (also ``/releases``) |
 | ``GET /reef/harness/releases/{n}/page`` | the HTML page of step ``n`` (or of release ``vN``) |
 | ``POST /reef/scenarios/{s}/learn`` | a usage step now (reefine), on whatever sessions are ready |
 | ``GET /reef/scenarios/{s}/learn/{ticket}`` | where that step stands: like an ask's progress |
@@ -20,6 +21,7 @@ import asyncio
 import hashlib
 import html
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -30,10 +32,11 @@ from reef_core.daemon.parsing import json_body, scenario_header, scenario_of_rea
 from reef_core.errors import ConfigError, InvalidInput, NotFound
 from reef_core.ids import parse_item_id
 from reef_core.learning.recipe import Recipe
+from reef_core.release.listing import release_listing
 from reef_core.release.pages import StepView, page_path, render_step_page, request_page_path
 from reef_core.store import Candidate, Release, ScenarioReader
 
-__all__ = ["ask_progress", "routes"]
+__all__ = ["ask_progress", "release_versions", "routes"]
 
 routes = web.RouteTableDef()
 
@@ -194,12 +197,28 @@ async def request_page(request: web.Request) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
+#: the query names a release may be asked for by: reef's, and the original Reef client's
+_RELEASE_PARAMS = ("release", "version", "release_id")
+
+
+def _wanted_release(request: web.Request) -> str | None:
+    given = {name: request.query[name] for name in _RELEASE_PARAMS if request.query.get(name)}
+    if len(set(given.values())) > 1:
+        raise InvalidInput(
+            "name one release: " + ", ".join(f"{k}={v}" for k, v in given.items()) + " disagree",
+            field="release",
+        )
+    return next(iter(given.values()), None)
+
+
 @routes.get("/reef/harness")
 async def harness(request: web.Request) -> web.Response:
+    """The served tree (or ``?release=vN``; ``?version=`` and ``?release_id=`` are the
+    original Reef client's names for it): its files as a map of path → text, which the
+    original client's ``harness_pull`` writes out as they are, with reef's own fields."""
     daemon = daemon_of(request)
     name = scenario_of_read(request)
-    wanted = request.query.get("release")
-    with_content = request.query.get("content", "false").lower() == "true"
+    wanted = _wanted_release(request)
 
     def read() -> dict[str, Any]:
         reader = daemon.scenarios.reader(name)
@@ -211,28 +230,77 @@ async def harness(request: web.Request) -> web.Response:
             manifest = json.loads(files.get(MANIFEST_PATH, b"{}"))
         except ValueError:
             manifest = {}
-        rows = []
+        texts: dict[str, str] = {}
+        binary: list[str] = []
+        entries = []
         for path, data in sorted(files.items()):
-            row: dict[str, Any] = {
-                "path": path,
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
-            if with_content:
-                row["content"] = data.decode("utf-8", "replace")
-            rows.append(row)
+            entries.append({"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            try:
+                texts[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                binary.append(path)  # a map of text cannot carry it: listed, fetched otherwise
+        parent = f"v{release.number - 1}" if release.number > 1 else None
         return {
             "scenario": name,
             "release": release.name,
+            "artifact_version": release.name,
+            "release_id": release.name,
+            "parent_artifact_version": parent,
+            "parent_release_id": parent,
             "commit": release.commit,
+            "content_id": release.tree,
             "operation": release.operation,
             "ask": release.ask,
             "requires": manifest.get("requires", {}) if isinstance(manifest, dict) else {},
             "manifest": manifest,
-            "files": rows,
+            "files": texts,
+            "binary": binary,
+            "entries": entries,
         }
 
-    return web.json_response(await asyncio.to_thread(read))
+    body = await asyncio.to_thread(read)
+    return web.json_response(body, headers={"x-reef-artifact-version": body["release"]})
+
+
+def release_versions(reader: ScenarioReader, tokens: Sequence[str]) -> list[dict[str, Any]]:
+    """The chain oldest first, each release with the gate metrics of the step that made it:
+    the rows of :func:`release_listing`, under the original Reef's names too."""
+    rows = []
+    for row in reversed(release_listing(reader, tokens)["releases"]):
+        parent = f"v{row['number'] - 1}" if row["number"] > 1 else None
+        rows.append(
+            {
+                "artifact_version": row["release"],
+                "release_id": row["release"],
+                "parent_artifact_version": parent,
+                "parent_release_id": parent,
+                "recorded_at": row["created_at"],
+                "pending": False,
+                **row,
+            }
+        )
+    return rows
+
+
+@routes.get("/reef/harness/versions")
+async def versions(request: web.Request) -> web.Response:
+    """``{"versions": [...]}``, oldest first: what the original Reef client's
+    ``harness_versions`` reads."""
+    daemon = daemon_of(request)
+    name = scenario_of_read(request)
+    tokens = daemon.settings.reef.tokens
+    rows = await asyncio.to_thread(lambda: release_versions(daemon.scenarios.reader(name), tokens))
+    return web.json_response({"scenario": name, "versions": rows})
+
+
+@routes.get("/reef/harness/releases")
+async def releases(request: web.Request) -> web.Response:
+    """The same rows under the name the original Reef's newer releases serve them."""
+    daemon = daemon_of(request)
+    name = scenario_of_read(request)
+    tokens = daemon.settings.reef.tokens
+    rows = await asyncio.to_thread(lambda: release_versions(daemon.scenarios.reader(name), tokens))
+    return web.json_response({"scenario": name, "releases": rows})
 
 
 @routes.get("/reef/harness/releases/{n}/page")

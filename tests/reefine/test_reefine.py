@@ -71,7 +71,7 @@ def test_an_ask_becomes_v1_with_a_skill_checked_by_the_real_pi(reefine, upstream
 
     served = harness(reef).json()
     assert served["release"] == "v1"
-    assert "skills/failing-test-first/SKILL.md" in {f["path"] for f in served["files"]}
+    assert "skills/failing-test-first/SKILL.md" in set(served["files"])
 
 
 def test_the_ask_reaches_the_proposer_as_data_with_the_tree(reefine, upstream: ScriptedUpstream):
@@ -95,7 +95,7 @@ def test_an_extension_waits_for_a_person_and_is_served_only_after_promote(reefin
     assert result["verdict"] == "pending" and result["release"] is None
     step_no = result["step"]
     assert harness(reef).json()["release"] == "v1"
-    assert "extensions/hello.ts" not in {f["path"] for f in harness(reef).json()["files"]}
+    assert "extensions/hello.ts" not in set(harness(reef).json()["files"])
     listing = httpx.get(f"{reef.url}/reef/scenarios/{S}/releases").json()
     assert [s["pending"] for s in listing["steps"] if s["step"] == step_no] == [True]
 
@@ -104,7 +104,7 @@ def test_an_extension_waits_for_a_person_and_is_served_only_after_promote(reefin
     assert promoted.json()["release"] == "v2"
     served = harness(reef).json()
     assert served["release"] == "v2"
-    assert {"extensions/hello.ts", "rules/tests-first.md"} <= {f["path"] for f in served["files"]}
+    assert {"extensions/hello.ts", "rules/tests-first.md"} <= set(served["files"])
     again = httpx.post(f"{reef.url}/reef/scenarios/{S}/promote", json={"release": f"c{step_no}"})
     assert again.status_code == 409 and "published as v2" in again.json()["error"]["message"]
 
