@@ -16,7 +16,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
 from reef_core.store.scratch import leftovers
 from reef_core.store.space import SpaceWatch, out_of_space
-from reef_core.store.writer import SPARE_FILES, GroupCommitWriter, GroupItem
+from reef_core.store.writer import SPARE_FILES, GroupCommitWriter, GroupEntry
 
 __all__ = [
     "Scenario",
@@ -122,7 +122,7 @@ class Scenario(ScenarioReader):
         ``loop=`` (see ``GroupCommitWriter.submit_in_loop``)."""
         return self.writer.submit_in_loop(kind, body, **options)
 
-    def append_group(self, items: list[GroupItem]) -> Future[list[str]]:
+    def append_group(self, items: Sequence[GroupEntry]) -> Future[list[str]]:
         """Queue ``items`` to be committed together or not at all (one ref move); the future
         resolves to their ids in order (see ``GroupCommitWriter.submit_group``)."""
         return self.writer.submit_group(items)

@@ -29,7 +29,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +48,7 @@ from reef_core.store.space import SpaceWatch, out_of_space
 
 __all__ = [
     "GroupCommitWriter",
+    "GroupEntry",
     "GroupItem",
     "RawJSON",
 ]
@@ -91,6 +92,10 @@ class GroupItem:
     body: Mapping[str, Any]
     summary: str = ""
     trailers: Mapping[str, str] | None = None
+
+
+#: an item of a group, or a function of the ids issued to the group's items before it
+GroupEntry = GroupItem | Callable[[list[str]], GroupItem]
 
 
 class RawJSON(bytes):
@@ -233,21 +238,25 @@ class GroupCommitWriter:
         self._submit(kind, body, future=future, loop=loop, **options)
         return future
 
-    def submit_group(self, items: list[GroupItem]) -> Future[list[str]]:
+    def submit_group(
+        self, items: Sequence[GroupItem | Callable[[list[str]], GroupItem]]
+    ) -> Future[list[str]]:
         """Queue ``items`` as one group: written in one batch, one ref move, never split, so
         either all of them are on the branch or none is.  The future resolves to their ids in
-        order.  Every item is validated before any is queued: bad input queues nothing.
+        order.  An item may be a function of the ids issued to the items before it, called
+        here (a report that references a record of its own group).  Every item is validated
+        before any is queued: bad input queues nothing.
         """
         if not items:
             raise InvalidInput("a group needs at least one item", field="body")
-        for item in items:
-            _check_item(item.kind, item.body)
         futures: list[Future[str]] = []
         with self._submit_lock:
             if self._closed:
                 raise StoreError(f"scenario {self._handle.path.stem} is closed")
-            group = []
-            for item in items:  # an item that fails to serialise leaves the group unqueued
+            group: list[_Pending] = []
+            for given in items:  # an item that fails leaves the group unqueued
+                item = given([str(p.item_id) for p in group]) if callable(given) else given
+                _check_item(item.kind, item.body)
                 future: Future[str] = Future()
                 futures.append(future)
                 group.append(self._pending(item.kind, item.body, item.summary, item.trailers, future, None))

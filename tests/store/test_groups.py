@@ -105,3 +105,20 @@ def test_groups_and_single_appends_from_threads_keep_each_groups_items_together(
         positions = [n for n, line in enumerate(log) if f"{tag} " in line]
         assert positions == list(range(positions[0], positions[0] + 40)), tag
         assert ids == sorted(ids)
+
+
+def test_an_item_of_a_group_can_name_the_ids_of_the_items_before_it(scenario):
+    def report(before: list[str]) -> GroupItem:
+        return GroupItem("report", {"references": before[:2], "score": 1.0})
+
+    ids = scenario.append_group([*_items(2), report]).result(timeout=30)
+    assert scenario.data.get(ids[2]).data["references"] == ids[:2]
+
+    def bad(before: list[str]) -> GroupItem:
+        raise InvalidInput("references[0] is unknown", field="references[0]")
+
+    tip = _tip(scenario)
+    with pytest.raises(InvalidInput, match="unknown"):
+        scenario.append_group([*_items(2), bad])
+    scenario.append_sync("record", {"after": True})
+    assert _count(scenario) == 4 and _tip(scenario) != tip
