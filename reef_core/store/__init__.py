@@ -8,6 +8,7 @@ May import: ``reef_core.errors``, ``reef_core.ids``, pygit2 (its only home).
 """
 
 from reef_core.store.data import DATA_REF, DataReader, Item, parse_trailers
+from reef_core.store.foreign import ForeignCommit, ForeignRepo
 from reef_core.store.lfs import GITATTRIBUTES, LfsPointer, parse_pointer, read_lfs, store_lfs
 from reef_core.store.releases import (
     CANDIDATES_PREFIX,
@@ -20,7 +21,7 @@ from reef_core.store.releases import (
 )
 from reef_core.store.scenarios import Scenario, ScenarioReader, Store, StoreOptions
 from reef_core.store.trees import build_tree, iter_files
-from reef_core.store.writer import GroupItem, RawJSON
+from reef_core.store.writer import GroupEntry, GroupItem, RawJSON
 
 __all__ = [
     "CANDIDATES_PREFIX",
@@ -31,6 +32,9 @@ __all__ = [
     "RELEASE_REF",
     "Candidate",
     "DataReader",
+    "ForeignCommit",
+    "ForeignRepo",
+    "GroupEntry",
     "GroupItem",
     "Item",
     "LfsPointer",

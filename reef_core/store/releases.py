@@ -238,6 +238,7 @@ class ReleaseChain:
         verdict: str | None = None,
         source: str | None = None,
         approved_by: str | None = None,
+        when: int | None = None,
     ) -> Release:
         """Append a release whose content is ``tree``, if the chain's tip is still ``expected``.
 
@@ -245,7 +246,8 @@ class ReleaseChain:
         ``approved_by`` names the person who approved it (a promote); it and the moment are
         kept in the commit's trailers and the tag, so ``git log`` and ``git show vN`` say it.
         If another publisher moved the chain first, raises :class:`ConflictError` and writes
-        nothing visible.
+        nothing visible.  ``when`` (seconds since the epoch) dates the commit and tag instead of
+        now: a release migrated from elsewhere keeps the moment it was first published.
         """
         if operation not in OPERATIONS:
             raise InvalidInput(f"unknown release operation {operation!r}", field="operation")
@@ -272,7 +274,7 @@ class ReleaseChain:
             trailers.append(f"Reef-Verdict: {' '.join(verdict.split())}")
         if source:
             trailers.append(f"Reef-Source: {' '.join(source.split())}")
-        sig = signature()
+        sig = signature() if when is None else pygit2.Signature("reef", "reef@localhost", int(when), 0)
         if approver is not None:
             trailers += [f"Reef-Approved-By: {approver}", f"Reef-Approved-At: {_iso(sig.time)}"]
         message = subject + "\n\n" + "\n".join(trailers) + "\n"
@@ -280,7 +282,7 @@ class ReleaseChain:
         self._swap(RELEASE_REF, expected, commit, message=subject)
         self._tip = None
         release = self._release_of(commit_at(repo, commit))
-        self._ensure_tag(release)
+        self._ensure_tag(release, dated=when)
         return release
 
     def rollback(self, release: int | str, *, expected: str | None) -> Release:
@@ -317,7 +319,7 @@ class ReleaseChain:
                     continue
                 raise ConflictError(f"{name} moved while publishing: {exc}") from exc
 
-    def _ensure_tag(self, release: Release) -> None:
+    def _ensure_tag(self, release: Release, *, dated: int | None = None) -> None:
         repo = self._repo
         lines = [f"{release.name} {release.operation}", ""]
         if release.ask:
@@ -329,9 +331,10 @@ class ReleaseChain:
             lines.append(f"approved by {release.approved_by}{when}")
         lines += ["", f"Reef-Release: {release.number}", f"Reef-Operation: {release.operation}"]
         tagger = signature()
+        stamp = tagger.time if dated is None else int(dated)
         tag = (
             f"object {release.commit}\ntype commit\ntag {release.name}\n"
-            f"tagger {tagger.name} <{tagger.email}> {tagger.time} +0000\n\n" + "\n".join(lines) + "\n"
+            f"tagger {tagger.name} <{tagger.email}> {stamp} +0000\n\n" + "\n".join(lines) + "\n"
         )
         oid = repo.odb.write(pygit2.enums.ObjectType.TAG, tag.encode())
         name = f"refs/tags/{release.name}"

@@ -70,6 +70,18 @@ def test_rollback_publishes_old_content_as_a_new_release(scenario):
         chain.rollback("latest", expected=v3.commit)
 
 
+def test_a_release_published_with_when_keeps_that_moment(scenario):
+    """A migrated release keeps the time it was first published, on its commit and its tag."""
+    chain = scenario.releases
+    v1 = chain.publish(
+        _tree(scenario, {"rules/a.md": "A"}), expected=None, operation="creation", when=1_700_000_000
+    )
+    assert v1.created_at == 1_700_000_000
+    path = str(scenario.path)
+    assert git("-C", path, "log", "-1", "--format=%ct %at", "release").stdout.split() == ["1700000000"] * 2
+    assert "> 1700000000 +0000" in git("-C", path, "cat-file", "-p", "v1").stdout
+
+
 def test_missing_tag_after_a_crash_is_repaired(scenario):
     chain = scenario.releases
     v1 = chain.publish(_tree(scenario, {"a": "1"}), expected=None, operation="creation")
