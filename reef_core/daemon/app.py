@@ -13,7 +13,14 @@ from typing import Any
 from aiohttp import web
 
 from reef_core.config import Settings
-from reef_core.daemon import harness_routes, inference, install_routes, reef_routes, release_routes
+from reef_core.daemon import (
+    harness_routes,
+    inference,
+    install_routes,
+    records_routes,
+    reef_routes,
+    release_routes,
+)
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
@@ -158,6 +165,7 @@ def build_app(settings: Settings) -> web.Application:
         upstream=UpstreamClient(settings.inference.upstream_url, timeout_s=settings.inference.timeout_s),
         reports=ReportDesk(),
         asks=KeyedDesk("ask"),
+        records=KeyedDesk("record"),
         learners=learners,
         upstream_format=settings.inference.upstream_api,
     )
@@ -169,6 +177,7 @@ def build_app(settings: Settings) -> web.Application:
     app[MAX_JSON_DEPTH] = settings.reef.max_json_depth
     app.add_routes(inference.routes)
     app.add_routes(reef_routes.routes)
+    app.add_routes(records_routes.routes)
     app.add_routes(release_routes.routes)
     app.add_routes(harness_routes.routes)
     app.add_routes(install_routes.routes)

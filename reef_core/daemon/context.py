@@ -24,6 +24,7 @@ class Daemon:
     upstream: Answerer  # an HTTP upstream, or the embedded engine behind the same seam
     reports: ReportDesk
     asks: KeyedDesk
+    records: KeyedDesk  # records imported under the client's own ids (records_routes.py)
     learners: Learners
     upstream_format: str = "openai"
     engine: Any = None  # the embedded model engine, when it serves

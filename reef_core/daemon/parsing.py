@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from reef_core import jsonio
-from reef_core.errors import InvalidInput
+from reef_core.errors import InvalidInput, PayloadTooLarge
 from reef_core.ids import validate_scenario_name
 
 __all__ = ["MAX_JSON_DEPTH", "json_body", "known_fields", "scenario_header", "scenario_of_read"]
@@ -35,11 +35,18 @@ def scenario_of_read(request: web.Request) -> str:
     return validate_scenario_name(value, field="scenario")
 
 
-async def json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
-    """Every JSON body reef reads comes through here: one size limit (aiohttp's), one
-    nesting limit (``reef.max-json-depth``)."""
+async def json_body(
+    request: web.Request, *, max_bytes: int | None = None, extra_depth: int = 0
+) -> tuple[bytes, dict[str, Any]]:
+    """Every JSON body reef reads comes through here: one size limit (aiohttp's, or a route's
+    own ``max_bytes``), one nesting limit (``reef.max-json-depth``, plus ``extra_depth`` on a
+    route that wraps bodies in its own envelope)."""
+    if max_bytes is not None and (request.content_length or 0) > max_bytes:
+        raise _too_large(request.content_length or 0, max_bytes, request.path)
     raw = await request.read()
-    limit = request.app[MAX_JSON_DEPTH]
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise _too_large(len(raw), max_bytes, request.path)
+    limit = request.app[MAX_JSON_DEPTH] + extra_depth
     try:
         body = jsonio.loads(raw, max_depth=limit)
     except jsonio.TooDeep:
@@ -53,6 +60,10 @@ async def json_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     return raw, body
+
+
+def _too_large(size: int, limit: int, path: str) -> PayloadTooLarge:
+    return PayloadTooLarge(f"the body is {size} bytes; {path} takes at most {limit} bytes", field="body")
 
 
 def known_fields(body: Any, known: frozenset[str] | set[str], what: str) -> dict[str, Any]:

@@ -111,36 +111,50 @@ class KeyedDesk:
         self._keys: dict[str, dict[str, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
+    def lock(self, scenario: Scenario) -> asyncio.Lock:
+        """Held around a look at the key index and the appends it decides."""
+        return self._locks.setdefault(scenario.name, asyncio.Lock())
+
     async def append(
         self, scenario: Scenario, content: dict[str, Any], *, key: str | None, summary: str
     ) -> tuple[str, bool]:
         """Store ``content``; returns ``(id, created)``."""
-        lock = self._locks.setdefault(scenario.name, asyncio.Lock())
-        async with lock:
+        async with self.lock(scenario):
             if key is not None:
-                keys = await self._index(scenario)
-                existing = keys.get(key)
+                existing = await self.stored(scenario, key, content)
                 if existing is not None:
-                    stored = await asyncio.to_thread(scenario.data.get, existing)
-                    if {k: stored.data.get(k) for k in content} != content:
-                        raise ConflictError(
-                            f"agent_record_id {key!r} was already used for a different {self.kind} "
-                            f"({existing})",
-                            field="agent_record_id",
-                        )
                     return existing, False
             document = {**content, "idempotency_key": key}
             item_id = await asyncio.wrap_future(scenario.append(self.kind, document, summary=summary))
             if key is not None:
-                self._keys[scenario.name][key] = item_id
+                self.remember(scenario, key, item_id)
             return item_id, True
 
-    async def _index(self, scenario: Scenario) -> dict[str, str]:
+    async def stored(self, scenario: Scenario, key: str, content: dict[str, Any]) -> str | None:
+        """The item stored under ``key``, if any; a conflict if it holds other ``content``.
+        The caller holds :meth:`lock`."""
+        existing = (await self.keys(scenario)).get(key)
+        if existing is None:
+            return None
+        stored = await asyncio.to_thread(scenario.data.get, existing)
+        if {k: stored.data.get(k) for k in content} != content:
+            raise ConflictError(
+                f"agent_record_id {key!r} was already used for a different {self.kind} ({existing})",
+                field="agent_record_id",
+            )
+        return existing
+
+    async def keys(self, scenario: Scenario) -> dict[str, str]:
+        """The scenario's key index (key → id); read from the branch once per process."""
         keys = self._keys.get(scenario.name)
         if keys is None:
             keys = await asyncio.to_thread(_scan_keys, scenario, self.kind)
             self._keys[scenario.name] = keys
         return keys
+
+    def remember(self, scenario: Scenario, key: str, item_id: str) -> None:
+        """Note an item stored under ``key`` (after :meth:`keys` was read)."""
+        self._keys[scenario.name][key] = item_id
 
 
 class ReportDesk(KeyedDesk):
