@@ -6,8 +6,13 @@ Its functions are called as its users call them; what they return, write and che
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from reef_client import ReefClient as OriginalClient
 from reef_client import ReefClientError
@@ -92,3 +97,96 @@ def test_harness_pull_of_an_unknown_version_changes_nothing(make_reef, tmp_path)
         client.harness_pull(S, dest, version="v9")
     assert failed.value.status == 404 and "v9" in failed.value.body
     assert _tree(dest) == V1
+
+
+class _DroppingProxy:
+    """A loopback HTTP proxy in front of reef that forwards every request and, for the
+    ``drop``-th, throws the answer away and hangs up: the batch is stored, the client never
+    hears so (a lost answer)."""
+
+    def __init__(self, target: str, drop: int) -> None:
+        proxy = self
+        self.seen = 0
+        self.drop = drop
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
+                answer = httpx.post(target + self.path, content=body, headers=headers, timeout=30)
+                proxy.seen += 1
+                if proxy.seen == proxy.drop:
+                    self.close_connection = True
+                    return
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _dataset(path: Path, samples: int) -> list[dict]:
+    lines = []
+    for n in range(samples):
+        messages = [{"role": "user", "content": f"question {n}"}]
+        answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer {n}"}}]}
+        lines.append(
+            {
+                "agent_record_id": f"sample-{n}",
+                "request_type": "inference",
+                "payload": {"model": "m", "messages": messages, "response": answer},
+            }
+        )
+        if n % 2:
+            payload = {"references": [f"sample-{n}"], "score": 1}
+            lines.append({"agent_record_id": f"score-{n}", "request_type": "report", "payload": payload})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return lines
+
+
+def _import(path: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "reef_client", "import", str(path), "--url", url, "--scenario", S]
+    return subprocess.run([*command, *extra], capture_output=True, text=True, timeout=120)
+
+
+def test_the_original_importer_resumes_after_a_lost_answer_and_stores_each_record_once(make_reef, tmp_path):
+    reef = make_reef()
+    lines = _dataset(tmp_path / "data.jsonl", 10)  # 10 records, 5 reports
+    proxy = _DroppingProxy(reef.url, drop=3)
+    try:
+        first = _import(tmp_path / "data.jsonl", proxy.url, "--batch-size", "2", "--retries", "0")
+        assert first.returncode == 1, first.stderr
+        assert first.stderr.count("Acknowledged") == 2  # the third batch's answer was lost
+        progress = json.loads((tmp_path / "data.jsonl.reef-import.json").read_text())
+        assert progress["count"] == 4
+        second = _import(tmp_path / "data.jsonl", proxy.url, "--batch-size", "2", "--retries", "0")
+        assert second.returncode == 0, second.stderr
+        assert "Import complete" in second.stdout + second.stderr
+    finally:
+        proxy.close()
+    data = reef.reader(S).data
+    records = {item.data["idempotency_key"]: item for item in data.iter_items(["record"])}
+    reports = [item.data for item in data.iter_items(["report"])]
+    assert sorted(records) == sorted(
+        line["agent_record_id"] for line in lines if line["request_type"] == "inference"
+    )
+    assert len(reports) == 5  # the batch sent twice was stored once
+    for report in reports:
+        n = report["idempotency_key"].split("-")[1]
+        assert report["references"] == [records[f"sample-{n}"].id]
+    assert records["sample-3"].data["request"]["messages"][0]["content"] == "question 3"
