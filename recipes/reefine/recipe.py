@@ -227,7 +227,8 @@ class ReefineRecipe(Recipe):
             self._book = usage.ledger(records)
         for item in scenario.data.iter_items(["ask"], after=self._cursor):
             self._cursor = item.id
-            if item.id not in self._taken:
+            settled = (item.data.get("imported") or {}).get("settled")  # the original Reef acted on it
+            if item.id not in self._taken and not settled:
                 self._queue.append((item.id, item.data))
         if self._queue:
             ask_id, data = self._queue.popleft()
