@@ -7,7 +7,20 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from reef_cli import evolve, exits, export, install, learn, log, releases, report, review, scenario, status
+from reef_cli import (
+    evolve,
+    exits,
+    export,
+    import_infra,
+    install,
+    learn,
+    log,
+    releases,
+    report,
+    review,
+    scenario,
+    status,
+)
 from reef_cli import output as out
 from reef_cli.demo import demo
 from reef_cli.serve import serve
@@ -77,6 +90,7 @@ app.command("install")(install.install)
 app.command("report")(report.report)
 app.command("log")(log.log)
 app.command("export")(export.export)
+app.command("import")(import_infra.import_)
 app.command("demo")(demo)
 
 
