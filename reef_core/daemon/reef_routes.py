@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from reef_core import __version__
-from reef_core.daemon.context import daemon_of
+from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput, NotFound
@@ -21,7 +21,7 @@ from reef_core.hosts import is_loopback
 from reef_core.ids import KINDS, parse_item_id, validate_scenario_name
 from reef_core.release.listing import scenario_summary
 from reef_core.sessions import conversation, group_sessions, page_sessions, session_of
-from reef_core.store import Item, ScenarioReader
+from reef_core.store import Item, Scenario, ScenarioReader
 
 __all__ = ["routes"]
 
@@ -46,16 +46,41 @@ async def report(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     name = scenario_header(request)
     _, body = await json_body(request)
-    parsed = parse_report(body)
+    parse_report(body if not _original_ids(body) else {**body, "references": []})  # bad input: 400 first
     if not daemon.scenarios.store.exists(name):
         raise NotFound(f"no scenario {name!r}", field="x-reef-scenario")
     async with daemon.scenarios.use(name, create=False) as scenario:
-        report_id, created = await daemon.reports.submit(scenario, parsed)
+        if _original_ids(body):
+            body = {**body, "references": await _translated(daemon, scenario, body["references"])}
+        report_id, created = await daemon.reports.submit(scenario, parse_report(body))
     if created:
         daemon.learners.notify(name)
     return web.json_response(
         {"agent_record_id": report_id, "scenario": name, "request_type": "report", "created": created}
     )
+
+
+def _original_ids(body: dict[str, Any]) -> bool:
+    """Whether a report quotes ids that are not reef receipts (a record imported under the
+    client's own id, :mod:`reef_core.daemon.records_routes`, or migrated from the original Reef)."""
+    refs = body.get("references")
+    return isinstance(refs, list) and any(isinstance(r, str) and not r.startswith("rec_") for r in refs)
+
+
+async def _translated(daemon: Daemon, scenario: Scenario, references: list[Any]) -> list[Any]:
+    keys = await daemon.records.keys(scenario)
+    out = []
+    for i, ref in enumerate(references):
+        if isinstance(ref, str) and not ref.startswith("rec_"):
+            if ref not in keys:
+                raise InvalidInput(
+                    f"references[{i}]: {ref!r} is neither a receipt nor the agent_record_id of a record "
+                    f"imported into scenario {scenario.name}",
+                    field=f"references[{i}]",
+                )
+            ref = keys[ref]
+        out.append(ref)
+    return out
 
 
 def _reader(request: web.Request, name: str) -> ScenarioReader:

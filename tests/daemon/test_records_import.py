@@ -171,3 +171,14 @@ def test_one_record_and_a_report_through_the_live_route_by_original_id(make_reef
         f"{reef.url}/reef/records", json=_report("rate", "solo", score=0.5), headers=H, timeout=10
     )
     assert reef.reader(S).data.get(report.json()["receipt"]).data["references"] == [body["receipt"]]
+
+
+def test_a_live_report_may_quote_an_imported_records_original_id(make_reef):
+    reef = make_reef()
+    receipt = _batch(reef, _inference("0f3a9c5e")).json()["receipts"][0]
+    url = f"{reef.url}/reef/report"
+    live = httpx.post(url, json={"score": 1, "references": ["0f3a9c5e"]}, headers=H, timeout=10)
+    assert live.status_code == 200, live.text
+    assert reef.reader(S).data.get(live.json()["agent_record_id"]).data["references"] == [receipt]
+    unknown = httpx.post(url, json={"score": 1, "references": ["nobody"]}, headers=H, timeout=10)
+    assert unknown.status_code == 400 and "'nobody' is neither a receipt" in unknown.text
