@@ -31,7 +31,7 @@ from reef_cli.state import StateDirOption, open_store
 from reef_core.daemon.asks import parse_ask
 from reef_core.daemon.imported import SOURCE_TRAILER, inference_item, report_item
 from reef_core.errors import InvalidInput, ScenarioLocked
-from reef_core.store import GroupItem, Scenario, Store, build_tree
+from reef_core.store import GroupEntry, GroupItem, Scenario, Store, build_tree
 
 __all__ = ["import_"]
 
@@ -319,26 +319,24 @@ def _write_scenario(scenario: Scenario, plan: _Plan, advance: Callable[[int], No
                 when=release.time,
             )
             advance(1)
-    receipts = dict(plan.records)
-    group: list[GroupItem] = []
-    waiting: list[Row] = []
+    receipts = dict(plan.records)  # original id of a record → its receipt
+    for at in range(0, len(plan.rows), GROUP):
+        chunk = plan.rows[at : at + GROUP]
+        ids = scenario.append_group([_entry(row, chunk, plan.names, receipts) for row in chunk]).result()
+        receipts.update(
+            {row.id: i for row, i in zip(chunk, ids, strict=True) if row.request_type == "inference"}
+        )
+        advance(len(chunk))
 
-    def flush() -> None:
-        if not group:
-            return
-        ids = scenario.append_group(list(group)).result()
-        for row, item_id in zip(waiting, ids, strict=True):
-            if row.request_type == "inference":
-                receipts[row.id] = item_id
-        advance(len(group))
-        group.clear()
-        waiting.clear()
 
-    for row in plan.rows:
-        if row.request_type == "report" and any(w.id in _references(row) for w in waiting):
-            flush()  # a report names receipts: those of its records must exist first
-        group.append(_item(row, plan.names, receipts.get))
-        waiting.append(row)
-        if len(group) >= GROUP:
-            flush()
-    flush()
+def _entry(row: Row, chunk: list[Row], names: dict[str, str], receipts: dict[str, str]) -> GroupEntry:
+    """The row's item, made once the items before it in its group have ids (a report may
+    judge a record of its own group)."""
+    if row.request_type != "report":
+        return _item(row, names, receipts.get)
+
+    def build(earlier: list[str]) -> GroupItem:
+        local = {r.id: i for r, i in zip(chunk, earlier, strict=False) if r.request_type == "inference"}
+        return _item(row, names, lambda ref: local.get(ref) or receipts.get(ref))
+
+    return build

@@ -22,6 +22,7 @@ FIXTURE = (
 )
 H1_STORE = "33112ee14ee469c3eb52fe90322ec81dd404a0093d565a6d71ce77cbc8124e3b.sqlite3"
 OTHER_STORE = "d9298a10d1b0735837dc4bd85dac641b0f3cef27a47e5d53a54f2f3f5b2fcffa.sqlite3"
+COLUMNS = "agent_record_id, scenario, request_type, payload_json, created_at, references_json"
 H1_LINE = "h1: 3 records, 2 reports, 2 asks, 4 releases (v1 creation, v2 evolve, v3 evolve, v4 rollback)"
 
 
@@ -239,8 +240,8 @@ def test_a_store_in_wal_mode_is_read_from_a_copy(source, state):
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA wal_autocheckpoint=0")
     db.execute(
-        "INSERT INTO agent_record (agent_record_id, scenario, request_type, payload_json, created_at, "
-        "references_json) VALUES ('late-1', 'other', 'report', '{\"score\":1.0}', 1796154702.0, '[]')"
+        f"INSERT INTO agent_record ({COLUMNS}) "
+        "VALUES ('late-1', 'other', 'report', '{\"score\":1.0}', 1796154702.0, '[]')"
     )
     db.commit()
     before = snapshot(source)
@@ -289,3 +290,36 @@ def test_a_scenario_with_other_releases_is_refused(source, state):
     result = run(source, state)
     assert result.exit_code == 1 and "--scenario-map 'h1=NEW'" in result.stderr
     assert not Path(repo(state, "other")).exists()
+
+
+def test_a_long_import_writes_in_groups_and_reports_find_records_of_their_own_group(source, state):
+    """600 rows: 300 exchanges each judged by the next row, across group boundaries (256)."""
+    schema = sqlite3.connect(source / "agent-record" / H1_STORE)
+    ddl = [sql for (sql,) in schema.execute("SELECT sql FROM sqlite_master WHERE name = 'agent_record'")]
+    schema.close()
+    big = source / "agent-record" / (hashlib.sha256(b"big").hexdigest() + ".sqlite3")
+    with sqlite3.connect(big) as db:
+        db.execute(ddl[0])
+        for n in range(300):
+            payload = {"messages": [{"role": "user", "content": f"q{n}"}], "response": {"choices": []}}
+            db.execute(
+                f"INSERT INTO agent_record ({COLUMNS}) VALUES (?, 'big', 'inference', ?, ?, '[]')",
+                (f"r{n}", json.dumps(payload), 1796000000.0 + n),
+            )
+            db.execute(
+                f"INSERT INTO agent_record ({COLUMNS}) VALUES (?, 'big', 'report', ?, ?, ?)",
+                (
+                    f"s{n}",
+                    json.dumps({"references": [f"r{n}"], "score": n % 2}),
+                    1796000000.5 + n,
+                    f'["r{n}"]',
+                ),
+            )
+    result = run(source, state)
+    assert result.exit_code == 0, result.output
+    assert "big: wrote 300 records, 300 reports, 0 asks, 0 releases" in result.stdout
+    receipts = {r["idempotency_key"]: r["id"] for r in items(state, "big", "record")}
+    reports = items(state, "big", "report")
+    assert len(receipts) == 300 and len(reports) == 300
+    assert all(r["references"] == [receipts["r" + r["idempotency_key"][1:]]] for r in reports)
+    assert git("-C", repo(state, "big"), "rev-list", "--count", "data").stdout.strip() == "600"
