@@ -1,4 +1,4 @@
-"""The wire: the JSON and SSE shapes of the two LLM APIs reef speaks, and translation between them.
+"""The wire: the JSON and SSE shapes of the LLM APIs reef speaks, and translation between them.
 
 | module                    | owns |
 |---|---|
@@ -14,6 +14,8 @@
 | ``shapes``                | checks on incoming JSON, refusing with the field's path |
 | ``translate``             | the translation names above, gathered in one module |
 | ``models``                | model listings in both dialects, the ``count_tokens`` estimate |
+| ``responses_api``         | ``/v1/responses``: its requests as chat, chat answers as Response objects |
+| ``responses_stream``      | chat streams as Responses events, Responses streams assembled, the receipt |
 
 Pure: no sockets, no files, no clock (a caller that wants ``created`` passes it in).
 May import: ``reef_core.errors`` and the standard library only.
