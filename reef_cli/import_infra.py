@@ -45,8 +45,6 @@ def import_(
         ...,
         "--from-reef-infra",
         help="A state directory of the original Reef (reef-infra): holds agent-record/ and artifacts.git.",
-        exists=True,
-        file_okay=False,
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be written; write nothing."),
     scenario_map: list[str] = typer.Option(

@@ -94,6 +94,8 @@ def read_state(path: Path, renames: Mapping[str, str]) -> dict[str, InfraScenari
     path = Path(path)
     records = path / "agent-record"
     artifacts = path / "artifacts.git"
+    if not path.is_dir():
+        raise SourceError(f"{path}: no such directory")
     if not records.is_dir() and not artifacts.is_dir():
         raise SourceError(
             f"{path}: not a reef-infra state directory (no agent-record/ or artifacts.git inside); "
