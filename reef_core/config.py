@@ -93,6 +93,13 @@ class InferenceSettings:
         None, "where pretrained local models are cached (default: <state>/models)"
     )
     timeout_s: float = _setting(600.0, "seconds to wait for an upstream answer")
+    responses: str = _setting(
+        "auto",
+        "how POST /v1/responses reaches an OpenAI upstream: forward it, translate it to chat "
+        "completions, or auto (forward; translate from then on once the upstream answers "
+        "404/405/501); the embedded model and Anthropic upstreams always translate",
+        choices=("auto", "forward", "translate"),
+    )
 
 
 @dataclass(frozen=True)

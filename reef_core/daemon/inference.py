@@ -1,7 +1,11 @@
-"""The inference routes: ``/v1/chat/completions``, ``/v1/messages`` and their companions.
+"""The inference routes: ``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``,
+``/v1/embeddings`` and their companions.
 
 Each exchange is forwarded to the configured upstream (translated when the client speaks
-the other format), answered, and recorded; the answer carries the receipt.
+another format than the upstream), answered, and recorded; the answer carries the receipt.
+``/v1/responses`` goes to an OpenAI upstream as it is, unless that upstream has no such route
+(it said so once: 404, 405 or 501) or ``inference.responses`` says ``translate``; then, and
+always for the embedded model and Anthropic upstreams, it is translated to chat completions.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -19,15 +25,25 @@ from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
 from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.recording import Exchange, commit_record, verbatim
-from reef_core.daemon.relay import make_relay
-from reef_core.errors import DiskFull, InvalidInput, ReefError, UpstreamError, UpstreamUnavailable
+from reef_core.daemon.relay import ResponsesRelay, StreamRelay, make_relay
+from reef_core.errors import (
+    DiskFull,
+    InvalidInput,
+    ReefError,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
 from reef_core.store import Scenario
+from reef_core.upstream import AnswerStream, UpstreamClient
+from reef_core.upstream.client import UpstreamNotImplemented
 from reef_core.wire import translate
 from reef_core.wire.models import (
     anthropic_models_to_openai,
     estimate_input_tokens,
     openai_models_to_anthropic,
 )
+from reef_core.wire.responses_api import chat_to_response, check_responses_request, responses_request_to_chat
 from reef_core.wire.sse import SSEDecoder
 
 __all__ = ["routes"]
@@ -37,7 +53,14 @@ log = logging.getLogger(__name__)
 RECEIPT_HEADER = "x-reef-agent-record-id"
 RELEASE_HEADER = "x-reef-release-id"
 _UPSTREAM_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-_ROUTE_NAMES = {"openai": "chat.completions", "anthropic": "messages"}
+_RESPONSES_PATH = "/v1/responses"
+# each route's name on the record, and the format its client speaks
+_CLIENT_FORMATS = {
+    "chat.completions": "openai",
+    "messages": "anthropic",
+    "responses": "responses",
+    "embeddings": "openai",
+}
 # A stream's status and headers wait this long for its first event, to go out in one send
 # with it; an upstream slower than that to start answering gets them sent on their own.
 _HEADERS_WAIT_S = 0.01
@@ -74,7 +97,29 @@ def _tags(request: web.Request) -> dict[str, str]:
     return tags
 
 
-def _validate(body: dict[str, Any]) -> None:
+def _validate(route: str, body: dict[str, Any], daemon: Daemon) -> None:
+    if route == "responses":
+        check_responses_request(body)
+    elif route == "embeddings":
+        _validate_embeddings(body, daemon)
+    else:
+        _validate_chat(body)
+
+
+def _validate_embeddings(body: dict[str, Any], daemon: Daemon) -> None:
+    if daemon.upstream_format == "anthropic":
+        raise InvalidInput(
+            "the upstream speaks anthropic, which has no embeddings: /v1/embeddings needs an "
+            "OpenAI-compatible upstream (inference.upstream-api openai)",
+            field="inference.upstream-api",
+        )
+    if not isinstance(body.get("input"), str | list):
+        raise InvalidInput("input must be a string or a list", field="input")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidInput("model must be a string", field="model")
+
+
+def _validate_chat(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidInput("messages must be a non-empty list", field="messages")
@@ -131,9 +176,87 @@ def _upstream_body(raw: bytes, body: dict[str, Any], client_format: str, daemon:
     return jsonio.dumps(translated)
 
 
-def _translate_answer(answer: Any, client_format: str, upstream_format: str) -> Any:
+@dataclass(frozen=True)
+class _Leg:
+    """How one exchange goes upstream: the path, the body as sent there, the query, and what
+    the upstream speaks on that path (``openai``, ``anthropic`` or ``responses``)."""
+
+    path: str
+    body: bytes
+    speaks: str
+    query: str = ""
+
+
+def _leg(
+    request: web.Request,
+    daemon: Daemon,
+    route: str,
+    raw: bytes,
+    body: dict[str, Any],
+    *,
+    as_chat: bool = False,
+) -> _Leg:
+    upstream_format = daemon.upstream_format
+    if route == "embeddings":  # as sent, model included: an embedding model is not the chat one
+        return _Leg("/v1/embeddings", raw, "openai")
+    if route != "responses":
+        client_format = _CLIENT_FORMATS[route]
+        query = (
+            request.query_string if upstream_format == "anthropic" and client_format == "anthropic" else ""
+        )
+        forward = _upstream_body(raw, body, client_format, daemon)
+        return _Leg(_UPSTREAM_PATHS[upstream_format], forward, upstream_format, query)
+    override = daemon.settings.inference.upstream_model
+    if not as_chat and _forwards_responses(daemon):
+        forward = jsonio.dumps({**body, "model": override}) if override else raw
+        return _Leg(_RESPONSES_PATH, forward, "responses")
+    chat = responses_request_to_chat(body)
+    if override:
+        chat["model"] = override
+    if upstream_format == "anthropic":
+        anthropic = translate.openai_request_to_anthropic(chat)
+        return _Leg(_UPSTREAM_PATHS["anthropic"], jsonio.dumps(anthropic), "anthropic")
+    return _Leg(_UPSTREAM_PATHS["openai"], jsonio.dumps(chat), "openai")
+
+
+def _forwards_responses(daemon: Daemon) -> bool:
+    """Whether ``/v1/responses`` goes upstream as it is: only to an OpenAI HTTP upstream."""
+    mode = daemon.settings.inference.responses
+    upstream = daemon.upstream
+    if mode == "translate" or daemon.upstream_format != "openai" or not isinstance(upstream, UpstreamClient):
+        return False
+    return mode == "forward" or _RESPONSES_PATH not in upstream.lacking
+
+
+def _lacks_responses(daemon: Daemon, leg: _Leg, error: UpstreamError) -> bool:
+    """Whether the upstream just said it has no ``/v1/responses`` (and ``auto`` may translate);
+    noted on the upstream, so later requests go straight to chat completions."""
+    if leg.speaks != "responses" or daemon.settings.inference.responses != "auto":
+        return False
+    if isinstance(error, UpstreamRejected):
+        # a 404 can also be OpenAI's "model not found", which chat completions would repeat
+        if error.status not in (404, 405) or b"model_not_found" in error.body:
+            return False
+    elif not isinstance(error, UpstreamNotImplemented):
+        return False
+    if isinstance(daemon.upstream, UpstreamClient):
+        daemon.upstream.lacking.add(_RESPONSES_PATH)
+    log.info("the upstream has no %s: translating it to chat completions from now on", _RESPONSES_PATH)
+    return True
+
+
+def _translate_answer(answer: Any, exchange: Exchange, body: dict[str, Any], response_id: str) -> Any:
+    client_format, upstream_format = exchange.client_format, exchange.upstream_format
     if client_format == upstream_format or not isinstance(answer, dict):
         return answer
+    if client_format == "responses":
+        now = int(time.time())
+        chat = (
+            translate.anthropic_response_to_openai(answer, created=now)
+            if upstream_format == "anthropic"
+            else answer
+        )
+        return chat_to_response(chat, body, response_id=response_id, created_at=now, completed_at=now)
     if upstream_format == "anthropic":
         return translate.anthropic_response_to_openai(answer, created=int(time.time()))
     return translate.openai_response_to_anthropic(answer)
@@ -144,50 +267,61 @@ def _translate_answer(answer: Any, client_format: str, upstream_format: str) -> 
 
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _inference(request, "openai")
+    return await _inference(request, "chat.completions")
 
 
 @routes.post("/v1/messages")
 async def messages(request: web.Request) -> web.StreamResponse:
-    return await _inference(request, "anthropic")
+    return await _inference(request, "messages")
 
 
-async def _inference(request: web.Request, client_format: str) -> web.StreamResponse:
+@routes.post("/v1/responses")
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "responses")
+
+
+@routes.post("/v1/embeddings")
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "embeddings")
+
+
+async def _inference(request: web.Request, route: str) -> web.StreamResponse:
     daemon = daemon_of(request)
     daemon.inference_in_flight += 1
     try:
-        return await _answer(request, daemon, client_format)
+        return await _answer(request, daemon, route)
     finally:
         daemon.inference_in_flight -= 1
 
 
-async def _answer(request: web.Request, daemon: Daemon, client_format: str) -> web.StreamResponse:
+async def _answer(request: web.Request, daemon: Daemon, route: str) -> web.StreamResponse:
     name = scenario_header(request)
     capture = _capture(request)
     raw, body = await json_body(request)
-    _validate(body)
+    _validate(route, body, daemon)
     if not capture:
-        return await _exchange(request, daemon, client_format, name, raw, body, None)
+        return await _exchange(request, daemon, route, name, raw, body, None)
     async with daemon.scenarios.use(name) as scenario:  # kept open until the record is written
-        return await _exchange(request, daemon, client_format, name, raw, body, scenario)
+        return await _exchange(request, daemon, route, name, raw, body, scenario)
 
 
 async def _exchange(
     request: web.Request,
     daemon: Daemon,
-    client_format: str,
+    route: str,
     name: str,
     raw: bytes,
     body: dict[str, Any],
     scenario: Scenario | None,
 ) -> web.StreamResponse:
     release = scenario.releases.tip() if scenario is not None else None
-    upstream_format = daemon.upstream_format
-    stream = bool(body.get("stream"))
+    client_format = _CLIENT_FORMATS[route]
+    stream = bool(body.get("stream")) and route != "embeddings"
+    leg = _leg(request, daemon, route, raw, body)  # bad input is refused here, before any record
     exchange = Exchange(
-        route=_ROUTE_NAMES[client_format],
+        route=route,
         client_format=client_format,
-        upstream_format=upstream_format,
+        upstream_format=leg.speaks,
         request=body,
         request_bytes=len(raw),
         request_raw=verbatim(raw),
@@ -196,22 +330,34 @@ async def _exchange(
         release=release.name if release else None,
         upstream_model=daemon.settings.inference.upstream_model,
     )
-    forward = _upstream_body(raw, body, client_format, daemon)
     headers = _upstream_headers(request, daemon, client_format, stream)
-    query = request.query_string if upstream_format == "anthropic" and client_format == "anthropic" else ""
-    path = _UPSTREAM_PATHS[upstream_format]
     response_headers = {RELEASE_HEADER: release.name} if release else {}
+    response_id = f"resp_{uuid.uuid4().hex}"  # used when a Response is made here
+    while True:
+        try:
+            if stream:
+                opened = await daemon.upstream.stream(
+                    leg.path, headers=headers, body=leg.body, query=leg.query, scenario=name
+                )
+            else:
+                reply = await daemon.upstream.request(
+                    "POST", leg.path, headers=headers, body=leg.body, query=leg.query, scenario=name
+                )
+        except UpstreamError as exc:
+            if _lacks_responses(daemon, leg, exc):
+                leg = _leg(request, daemon, route, raw, body, as_chat=True)
+                exchange.upstream_format = leg.speaks
+                continue
+            await _record_failure(scenario, exchange, exc)
+            raise
+        break
     if stream:
-        return await _stream(
-            request, daemon, scenario, exchange, path, forward, headers, query, response_headers, name
-        )
-    try:
-        reply = await daemon.upstream.request(
-            "POST", path, headers=headers, body=forward, query=query, scenario=name
-        )
-    except UpstreamError as exc:
-        await _record_failure(scenario, exchange, exc)
-        raise
+        relay: StreamRelay | ResponsesRelay
+        if client_format == "responses":
+            relay = ResponsesRelay(leg.speaks, body, response_id=response_id, created_at=int(time.time()))
+        else:
+            relay = make_relay(client_format, leg.speaks, exchange.model or "")
+        return await _stream(request, daemon, scenario, exchange, opened, relay, response_headers)
     exchange.mark_first_byte()
     exchange.status = reply.status
     exchange.tokens = reply.extras
@@ -219,7 +365,7 @@ async def _exchange(
         answer: Any = jsonio.loads(reply.body)
     except ValueError:
         answer = reply.body.decode("utf-8", "replace")
-    client_answer = _translate_answer(answer, client_format, upstream_format)
+    client_answer = _translate_answer(answer, exchange, body, response_id)
     exchange.response = client_answer
     exchange.complete = True
     if scenario is not None:
@@ -261,17 +407,17 @@ def _send_headers(writer: Any) -> None:
         pass  # the client left; the stream's next write finds out
 
 
-async def _stream(request, daemon, scenario, exchange, path, forward, headers, query, response_headers, name):
-    try:
-        upstream = await daemon.upstream.stream(
-            path, headers=headers, body=forward, query=query, scenario=name
-        )
-    except UpstreamError as exc:
-        await _record_failure(scenario, exchange, exc)
-        raise
+async def _stream(
+    request: web.Request,
+    daemon: Daemon,
+    scenario: Scenario | None,
+    exchange: Exchange,
+    upstream: AnswerStream,
+    relay: StreamRelay | ResponsesRelay,
+    response_headers: dict[str, str],
+) -> web.StreamResponse:
     exchange.status = upstream.status
     exchange.tokens = upstream.extras
-    relay = make_relay(exchange.client_format, exchange.upstream_format, exchange.model or "")
     response = _EventStream(
         status=200,
         headers={

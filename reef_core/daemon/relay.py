@@ -4,21 +4,31 @@ The upstream's events are decoded as they arrive and each one is written to the 
 soon as it is complete; nothing is buffered beyond one event.  The terminal event (OpenAI's
 ``[DONE]``, Anthropic's ``message_stop``) is held back until the record is committed, so it
 can carry the receipt.  When the upstream speaks the other format, a stream translator from
-``reef_core.wire`` sits in between.
+``reef_core.wire`` sits in between.  ``ResponsesRelay`` does the same for the Responses API:
+the upstream's own Responses events passed through, or its chat (or Messages) stream
+translated into them; the receipt rides on ``response.completed``/``response.incomplete``.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from reef_core import jsonio
 from reef_core.wire import anthropic as anthropic_wire
 from reef_core.wire import openai as openai_wire
+from reef_core.wire.responses_stream import (
+    TERMINAL_EVENTS,
+    ChatToResponsesStream,
+    ResponsesStreamAssembler,
+    with_response_receipt,
+)
 from reef_core.wire.sse import SSEEvent, encode_event
+from reef_core.wire.streams import UpstreamStreamError
 from reef_core.wire.translate import AnthropicToOpenAIStream, OpenAIToAnthropicStream
 
-__all__ = ["Out", "StreamRelay", "make_relay"]
+__all__ = ["Out", "ResponsesRelay", "StreamRelay", "make_relay"]
 
 
 class Out(NamedTuple):
@@ -156,3 +166,101 @@ class StreamRelay:
 
 def make_relay(client_format: str, upstream_format: str, model: str) -> StreamRelay:
     return StreamRelay(client_format=client_format, upstream_format=upstream_format, model=model)
+
+
+class ResponsesRelay:
+    """A ``/v1/responses`` stream: the upstream's Responses events as sent (``upstream_format``
+    ``responses``), or its chat chunks (``openai``) or Messages events (``anthropic``) translated
+    into them.  The terminal event is held back for the receipt; ``response.failed`` or an
+    ``error`` event from the upstream ends the stream as a failure."""
+
+    def __init__(
+        self, upstream_format: str, request: dict[str, Any], *, response_id: str, created_at: int
+    ) -> None:
+        self.upstream_format = upstream_format
+        self.terminal_seen = False
+        self._held: dict[str, Any] | None = None
+        self._assembler = ResponsesStreamAssembler()
+        self._from_chat: ChatToResponsesStream | None = None
+        self._from_anthropic: AnthropicToOpenAIStream | None = None
+        if upstream_format != "responses":
+            self._from_chat = ChatToResponsesStream(request, response_id=response_id, created_at=created_at)
+        if upstream_format == "anthropic":
+            self._from_anthropic = AnthropicToOpenAIStream(str(request.get("model") or ""), created_at)
+
+    def feed(self, event: SSEEvent) -> list[Out]:
+        """Client events for one upstream event (the terminal one is held back)."""
+        if self.terminal_seen:
+            return []
+        text = event.data.strip()
+        if text == "[DONE]":
+            if self._from_chat is None:
+                return []  # a Responses stream has none, but a server may add one: the end is its own
+            return self._client_events(self._from_chat.finish(int(time.time())))
+        if not text:
+            return []
+        data = jsonio.loads(event.data)
+        if self._from_chat is None:
+            return self._passed(event, data)
+        if self._from_anthropic is not None:
+            chunks = self._from_anthropic.feed(event.event or "", data)
+            produced = [e for chunk in chunks for e in self._from_chat.feed(chunk)]
+            if self._from_anthropic.done:
+                produced += self._from_chat.finish(int(time.time()))
+            return self._client_events(produced)
+        return self._client_events(self._from_chat.feed(data))
+
+    def _passed(self, event: SSEEvent, data: Any) -> list[Out]:
+        if not isinstance(data, dict):
+            raise ValueError("a Responses stream event must be a JSON object")
+        kind = data.get("type")
+        if kind == "error":
+            message = str(data.get("message") or "the upstream stream failed")
+            raise UpstreamStreamError(message)
+        self._assembler.feed(data)
+        if kind in TERMINAL_EVENTS:
+            self._hold(data)
+            return []
+        return [Out(event.event, event.data, data)]
+
+    def _client_events(self, produced: list[tuple[str, dict[str, Any]]]) -> list[Out]:
+        outs = []
+        for name, data in produced:
+            self._assembler.feed(data)
+            if name in TERMINAL_EVENTS:
+                self._hold(data)
+            else:
+                outs.append(_out(name, data))
+        return outs
+
+    def _hold(self, data: dict[str, Any]) -> None:
+        self.terminal_seen = True
+        self._held = data
+        if data.get("type") == "response.failed":
+            error = data["response"].get("error") if isinstance(data.get("response"), dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            raise UpstreamStreamError(str(message or "the upstream's response failed"))
+
+    @property
+    def complete(self) -> bool:
+        return self._held is not None and self._held.get("type") != "response.failed"
+
+    def assembled(self) -> dict[str, Any]:
+        return self._assembler.result()
+
+    def terminal(self, receipt: str | None) -> bytes:
+        """The held terminal event, carrying the receipt when there is one."""
+        data = self._held or self._assembler.failure("the stream ended without its final event")[1]
+        if receipt is not None:
+            data = with_response_receipt(data, receipt)
+        return _out(str(data.get("type")), data).encode()
+
+    def error_event(self, message: str, receipt: str | None) -> bytes:
+        """``response.failed`` (the upstream's own, if it sent one) or an ``error`` event."""
+        if self._held is not None and self._held.get("type") == "response.failed":
+            name, data = "response.failed", self._held
+        else:
+            name, data = self._assembler.failure(message)
+        if receipt is not None:
+            data = with_response_receipt(data, receipt)
+        return _out(name, data).encode()

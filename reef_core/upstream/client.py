@@ -12,9 +12,14 @@ import aiohttp
 from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from reef_core.upstream.lean import LeanHTTP, LeanStream
 
-__all__ = ["UpstreamClient", "UpstreamReply", "UpstreamStream", "origin"]
+__all__ = ["UpstreamClient", "UpstreamNotImplemented", "UpstreamReply", "UpstreamStream", "origin"]
 
 _BODY_PREVIEW = 300
+
+
+class UpstreamNotImplemented(UpstreamUnavailable):
+    """The upstream answered 501: it does not implement that route.  Answered like any 5xx
+    (a 502); a route that can do without it (``/v1/responses``) may ask another way."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,9 @@ class UpstreamClient:
         #: the upstream as error messages name it: scheme, host and port, never credentials
         self.name = origin(self.base_url) if self.base_url else "(none configured)"
         self._secret = (urlsplit(self.base_url).password or "") if self.base_url else ""
+        #: routes this upstream was found not to serve (the daemon notes ``/v1/responses``
+        #: answered 404, 405 or 501 here, and asks for chat completions from then on)
+        self.lacking: set[str] = set()
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         # POSTs to a plain-http upstream skip aiohttp (see lean.py)
@@ -188,6 +196,8 @@ def _raise_for_status(status: int, body: bytes, content_type: str) -> None:
             body=body,
             content_type=content_type,
         )
+    if status == 501:
+        raise UpstreamNotImplemented(f"upstream failed ({status}): {preview}")
     raise UpstreamUnavailable(f"upstream failed ({status}): {preview}")
 
 

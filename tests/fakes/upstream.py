@@ -2,9 +2,11 @@
 
 ``ScriptedUpstream`` runs an aiohttp server on 127.0.0.1 (ephemeral port) in a background thread
 with its own event loop, so synchronous tests and the official sync SDKs can talk to it.  Tests
-queue replies with :meth:`ScriptedUpstream.script`; each inference request (``/v1/chat/completions``
-or ``/v1/messages``) consumes one, in order.  With the queue empty it asks ``responder`` (when a
-test set one) or answers ``default_text``.
+queue replies with :meth:`ScriptedUpstream.script`; each inference request (``/v1/chat/completions``,
+``/v1/messages`` or ``/v1/responses``) consumes one, in order.  With the queue empty it asks
+``responder`` (when a test set one) or answers ``default_text``.  ``/v1/responses`` (OpenAI's
+Responses API) answers only while ``responses_api`` is true, else 404 as a chat-only server does;
+``/v1/embeddings`` answers made-up vectors, ``embedding_dims`` long, without using the queue.
 
 Streams are real SSE over chunked HTTP, each event written (and flushed) as it is produced, framed
 exactly as the providers frame them.  Every request received is recorded in ``requests``.
@@ -12,7 +14,9 @@ exactly as the providers frame them.  Every request received is recorded in ``re
 
 from __future__ import annotations
 
+import array
 import asyncio
+import base64
 import json
 import math
 import re
@@ -43,7 +47,7 @@ __all__ = [
     "upstream_fixture",
 ]
 
-Route = Literal["openai", "anthropic"]
+Route = Literal["openai", "anthropic", "responses"]
 
 DEFAULT_MODEL = "scripted-model"
 ARGUMENT_FRAGMENT = 7  # characters of tool-call arguments JSON per streamed fragment
@@ -173,7 +177,7 @@ def _anthropic_error(status: int, message: str, type_: str) -> web.Response:
 
 
 def _error(route: Route, status: int, message: str, type_: str) -> web.Response:
-    return (_openai_error if route == "openai" else _anthropic_error)(status, message, type_)
+    return (_anthropic_error if route == "anthropic" else _openai_error)(status, message, type_)
 
 
 @dataclass(frozen=True)
@@ -266,6 +270,106 @@ def _openai_events(answer: _Answer, ident: str, model: str, include_usage: bool)
         events.append(f"data: {_dumps(obj)}\n\n".encode())
     events.append(b"data: [DONE]\n\n")
     return events
+
+
+# ---------------------------------------------------------------------------- OpenAI Responses API
+
+
+def _responses_output(answer: _Answer, ident: str) -> list[dict[str, Any]]:
+    output: list[dict[str, Any]] = []
+    if answer.text:
+        part = {"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{ident}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+        )
+    if answer.tool is not None:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{ident}",
+                "call_id": answer.tool.call_id,
+                "name": answer.tool.name,
+                "arguments": _dumps(answer.tool.arguments),
+                "status": "completed",
+            }
+        )
+    return output
+
+
+def _responses_object(
+    answer: _Answer | None, ident: str, model: str, body: dict[str, Any], status: str = "completed"
+) -> dict[str, Any]:
+    usage = None
+    if answer is not None and status != "in_progress":
+        prompt, completion = answer.usage
+        usage = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        }
+    incomplete = answer is not None and answer.stop == "length" and status != "in_progress"
+    return {
+        "id": ident,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if incomplete else status,
+        "model": model,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": body.get("instructions"),
+        "metadata": {},
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "output": _responses_output(answer, ident) if answer is not None and status != "in_progress" else [],
+        "usage": usage,
+    }
+
+
+def _responses_events(answer: _Answer, ident: str, model: str, body: dict[str, Any]) -> list[bytes]:
+    frames: list[bytes] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        data = {"type": kind, "sequence_number": len(frames), **fields}
+        frames.append(f"event: {kind}\ndata: {_dumps(data)}\n\n".encode())
+
+    event("response.created", response=_responses_object(answer, ident, model, body, "in_progress"))
+    event("response.in_progress", response=_responses_object(answer, ident, model, body, "in_progress"))
+    final = _responses_object(answer, ident, model, body)
+    for index, item in enumerate(final["output"]):
+        where = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            event("response.content_part.added", **where, content_index=0, part=empty)
+            for word in _words(answer.text or ""):
+                event("response.output_text.delta", **where, content_index=0, delta=word, logprobs=[])
+            event("response.output_text.done", **where, content_index=0, text=answer.text, logprobs=[])
+            event("response.content_part.done", **where, content_index=0, part=item["content"][0])
+        else:
+            event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            for fragment in _fragments(item["arguments"]):
+                event("response.function_call_arguments.delta", **where, delta=fragment)
+            event("response.function_call_arguments.done", **where, arguments=item["arguments"])
+        event("response.output_item.done", output_index=index, item=item)
+    event(f"response.{final['status']}", response=final)
+    return frames
 
 
 # ------------------------------------------------------------------------------- Anthropic format
@@ -392,6 +496,10 @@ class ScriptedUpstream:
 
     def __init__(self) -> None:
         self.url: str = ""
+        #: whether ``/v1/responses`` exists here (False: 404, as on a chat-only server)
+        self.responses_api: bool = True
+        #: the length of the vectors ``/v1/embeddings`` answers with
+        self.embedding_dims: int = 8
         self.requests: list[Captured] = []
         # Inference responses whose client went away before the answer was complete.
         self.disconnects: int = 0
@@ -531,7 +639,7 @@ class ScriptedUpstream:
         with self._lock:
             self._counter += 1
             n = self._counter
-        return f"chatcmpl-{n}" if route == "openai" else f"msg_{n}"
+        return {"openai": f"chatcmpl-{n}", "anthropic": f"msg_{n}", "responses": f"resp_{n}"}[route]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -561,11 +669,15 @@ class ScriptedUpstream:
         if method == "GET" and path == "/models":
             shape = _MODELS_ANTHROPIC if "anthropic-version" in headers else _MODELS_OPENAI
             return web.json_response(shape)
+        if method == "POST" and path == "/embeddings" and parsed_ok and body is not None:
+            return web.json_response(self._embeddings(body))
         routes: dict[str, Route] = {
             "/chat/completions": "openai",
             "/messages": "anthropic",
             "/messages/count_tokens": "anthropic",
         }
+        if self.responses_api:
+            routes["/responses"] = "responses"
         route = routes.get(path)
         if route is None or method != "POST":
             guess: Route = route or ("anthropic" if "anthropic-version" in headers else "openai")
@@ -602,10 +714,15 @@ class ScriptedUpstream:
                 request, reply.interval * max(1, len(_words(reply.text)))
             ):
                 return self._drop(request)
-            message = (_openai_message if route == "openai" else _anthropic_message)(answer, ident, model)
+            if route == "responses":
+                message = _responses_object(answer, ident, model, body)
+            else:
+                message = (_openai_message if route == "openai" else _anthropic_message)(answer, ident, model)
             return web.json_response(message, headers=self._id_headers(route, ident))
 
-        if route == "openai":
+        if route == "responses":
+            events = _responses_events(answer, ident, model, body)
+        elif route == "openai":
             options = body.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
             events = _openai_events(answer, ident, model, include_usage)
@@ -641,7 +758,27 @@ class ScriptedUpstream:
 
     @staticmethod
     def _id_headers(route: Route, ident: str) -> dict[str, str]:
-        return {"x-request-id": f"req_{ident}"} if route == "openai" else {"request-id": f"req_{ident}"}
+        return {"request-id": f"req_{ident}"} if route == "anthropic" else {"x-request-id": f"req_{ident}"}
+
+    def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Made-up vectors: each input's is its length and character sum, spread out."""
+        given = body.get("input")
+        inputs = [given] if isinstance(given, str) else list(given or [])
+        data = []
+        for index, text in enumerate(inputs):
+            seed = len(str(text)) + sum(map(ord, str(text)))
+            vector = [round(math.sin(seed + k), 6) for k in range(self.embedding_dims)]
+            embedding: list[float] | str = vector
+            if body.get("encoding_format") == "base64":  # what the openai SDK asks for by default
+                embedding = base64.b64encode(array.array("f", vector).tobytes()).decode()
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        tokens = sum(len(str(text).split()) for text in inputs)
+        return {
+            "object": "list",
+            "data": data,
+            "model": str(body.get("model") or "scripted-embedding"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def _client_gone(self, request: web.Request) -> bool:
         transport = request.transport
