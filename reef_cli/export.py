@@ -10,7 +10,10 @@ One line per record that has an answer::
 ``messages`` (and ``system``/``tools`` when the request had them) are the request as the
 client sent it and ``answer`` is the assistant message it received, both in the client's own
 format (``format``): ``messages + [answer]`` is an SFT example, and the scores make it RL data.
-Records without an answer (upstream errors, broken streams) are skipped and counted.
+A Responses API record (``/v1/responses``) is given in chat form, ``format`` ``openai``: its
+``instructions`` and ``input`` as messages, its tools as chat tools, its Response as the
+assistant message.  Records without an answer (upstream errors, broken streams, embeddings)
+are skipped and counted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from reef_cli.sources import ScenarioArgument, Source, UrlOption, open_source
 from reef_cli.state import StateDirOption
 from reef_core.errors import InvalidInput, StoreError
 from reef_core.ids import ItemId, parse_item_id
+from reef_core.wire.responses_api import response_to_chat_message, responses_request_to_chat
 
 __all__ = [
     "export",
@@ -142,11 +146,18 @@ def _line(scenario: str, record: dict[str, Any], reports: list[dict[str, Any]]) 
     answer = _answer(record)
     if not isinstance(request, dict) or answer is None:
         return None
+    form = record.get("client_format")
+    if form == "responses":
+        try:
+            request = responses_request_to_chat(request, strict=False)
+        except InvalidInput:
+            return None
+        form = "openai"
     line: dict[str, Any] = {
         "id": record["id"],
         "created_at": record.get("created_at"),
         "scenario": scenario,
-        "format": record.get("client_format"),
+        "format": form,
         "model": record.get("model"),
         "release": record.get("release"),
         "messages": request.get("messages") or [],
@@ -169,6 +180,8 @@ def _answer(record: dict[str, Any]) -> dict[str, Any] | None:
         or not (isinstance(status, int) and 200 <= status < 300)
     ):
         return None
+    if record.get("client_format") == "responses":
+        return response_to_chat_message(response)
     choices = response.get("choices")
     if isinstance(choices, list):  # OpenAI chat completion
         if choices and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict):

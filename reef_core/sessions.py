@@ -32,7 +32,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reef_core.errors import InvalidInput
 from reef_core.store.data import Item
+from reef_core.wire.responses_api import response_to_chat_message, responses_request_to_chat
 
 __all__ = [
     "JUDGE_SCORES",
@@ -92,7 +94,7 @@ def is_explicit(report: Mapping[str, Any]) -> bool:
     return not (isinstance(metadata, Mapping) and metadata.get("source") == "judge")
 
 
-# -- conversations, in either wire format ----------------------------------------------------------
+# -- conversations, in any client's wire format ----------------------------------------------------
 
 
 def _text_of(content: Any) -> str:
@@ -188,6 +190,12 @@ def request_messages(record: Mapping[str, Any]) -> list[Message]:
         return []
     if record.get("client_format") == "anthropic":
         return _anthropic_messages(request)
+    if record.get("client_format") == "responses":  # read as the chat request it translates to
+        try:
+            chat = responses_request_to_chat(dict(request), strict=False)
+        except InvalidInput:
+            return []
+        return _openai_messages(chat["messages"])
     return _openai_messages(request.get("messages") or [])
 
 
@@ -198,6 +206,9 @@ def answer_text(record: Mapping[str, Any]) -> str:
         return ""
     if record.get("client_format") == "anthropic":
         return _anthropic_blocks(response.get("content"))
+    if record.get("client_format") == "responses":
+        chat = response_to_chat_message(dict(response))
+        response = {"choices": [{"message": chat}]} if chat is not None else {}
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         return ""

@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from reef_core.ids import parse_item_id
+from tests.cli.support import reef as reef_cli
 from tests.conftest import git
 from tests.fakes.upstream import Error, Reset, Text, ToolCall
 
@@ -243,6 +244,41 @@ def test_a_stream_cut_mid_way_fails_with_the_receipt_and_an_incomplete_record(re
     assert stored["response"]["id"] == events[0].response.id
 
 
+# -- read back: sessions, export ------------------------------------------------------------
+
+
+def test_responses_records_read_as_sessions_and_export_in_chat_form(reef_for, upstream):
+    reef = reef_for("chat")
+    upstream.script(ToolCall("get_weather", {"city": "Oslo"}, call_id="call_7"), Text("4 degrees in Oslo"))
+    sdk = client(reef).with_options(default_headers={"x-reef-scenario": SCENARIO, "x-reef-tag-session": "s1"})
+    first = sdk.responses.create(
+        model="m1", instructions="be brief", input="weather in Oslo?", tools=[WEATHER]
+    )
+    follow_up = [
+        {"role": "user", "content": "weather in Oslo?"},
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"type": "function_call_output", "call_id": "call_7", "output": "4"},
+    ]
+    sdk.responses.create(model="m1", instructions="be brief", input=follow_up, tools=[WEATHER])
+    session = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/sessions/s1", timeout=10).json()
+    assert len(session["turns"]) == 1 and len(session["records"]) == 2
+    assert [(m["source"], m["text"]) for m in session["transcript"]] == [
+        ("system", "be brief"),
+        ("user", "weather in Oslo?"),
+        ("assistant", '[tool call get_weather({"city":"Oslo"})]'),
+        ("tool", "4"),
+        ("assistant", "4 degrees in Oslo"),
+    ]
+    result = reef_cli("export", SCENARIO, "--url", reef.url)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["format"] for line in lines] == ["openai", "openai"]
+    assert lines[1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_7", "content": "4"}
+    assert lines[1]["tools"][0]["function"]["name"] == "get_weather"
+    assert lines[0]["answer"]["tool_calls"][0]["id"] == "call_7"
+    assert lines[1]["answer"] == {"role": "assistant", "content": "4 degrees in Oslo"}
+
+
 # -- embeddings ----------------------------------------------------------------------------
 
 
@@ -256,6 +292,8 @@ def test_embeddings_are_forwarded_and_recorded(make_reef, upstream):
     assert stored["request"]["input"] == ["one", "two words"] and stored["model"] == "embed-1"
     assert len(stored["response"]["data"]) == 2
     assert upstream.requests[-1].path == "/v1/embeddings"
+    exported = reef_cli("export", SCENARIO, "--url", reef.url)  # no messages: nothing to learn from
+    assert exported.exit_code == 0 and exported.stdout == ""
     assert upstream.requests[-1].body["model"] == "embed-1"
     assert (
         "Reef-Route: embeddings" in git("-C", reef.repo(SCENARIO), "log", "-1", "--format=%B", "data").stdout
