@@ -80,8 +80,12 @@ def ask_progress(daemon: Daemon, name: str, ask_id: str) -> dict[str, Any]:
     ask = reader.data.get(ask_id)  # NotFound names it
     live = daemon.learners.progress(name, ask_id)
     tokens = daemon.settings.reef.tokens
+    imported = ask.data.get("imported") or {}
     if live is not None:
         state, result = live["state"], live["result"]
+    elif imported.get("settled"):  # migrated: the original Reef acted on it
+        state = "settled"
+        result = {"verdict": f"settled by {imported.get('from', 'the original Reef')} before the migration"}
     else:
         state, result = "queued", None
         for candidate in reversed(reader.releases.candidates()):

@@ -323,3 +323,27 @@ def test_a_long_import_writes_in_groups_and_reports_find_records_of_their_own_gr
     assert len(receipts) == 300 and len(reports) == 300
     assert all(r["references"] == [receipts["r" + r["idempotency_key"][1:]]] for r in reports)
     assert git("-C", repo(state, "big"), "rev-list", "--count", "data").stdout.strip() == "600"
+
+
+def test_a_daemon_on_the_migrated_state_shows_the_asks_settled_and_serves_the_chain(source, tmp_path):
+    import httpx
+
+    from tests.daemon.conftest import RunningReef
+
+    assert run(source, tmp_path / "served" / "state").exit_code == 0
+    daemon = RunningReef(tmp_path / "served", "--inference.upstream-url", "http://127.0.0.1:9").start()
+    try:
+        headers = {"x-reef-scenario": "h1"}
+        asks = items(tmp_path / "served" / "state", "h1", "ask")
+        progress = httpx.get(f"{daemon.url}/reef/harness/requests/{asks[0]['id']}/progress", headers=headers)
+        assert progress.json()["state"] == "settled"
+        assert "reef-infra" in progress.json()["result"]["verdict"]
+        versions = httpx.get(f"{daemon.url}/reef/harness/versions", headers=headers).json()["versions"]
+        assert [(v["artifact_version"], v["operation"]) for v in versions] == [
+            ("v1", "creation"),
+            ("v2", "evolve"),
+            ("v3", "evolve"),
+            ("v4", "rollback"),
+        ]
+    finally:
+        daemon.stop()
