@@ -9,6 +9,7 @@ import sqlite3
 import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 from recipes.reefine.recipe import ReefineRecipe
@@ -16,6 +17,7 @@ from reef_core.learning import RecipeContext
 from reef_core.store import Store, StoreOptions, build_tree
 from tests.cli.support import reef
 from tests.conftest import git
+from tests.daemon.conftest import RunningReef
 
 FIXTURE = (
     Path(__file__).resolve().parents[1] / "fixtures" / "reef-infra-0.1.3" / "reef-infra-0.1.3-fixture.tar.gz"
@@ -326,10 +328,6 @@ def test_a_long_import_writes_in_groups_and_reports_find_records_of_their_own_gr
 
 
 def test_a_daemon_on_the_migrated_state_shows_the_asks_settled_and_serves_the_chain(source, tmp_path):
-    import httpx
-
-    from tests.daemon.conftest import RunningReef
-
     assert run(source, tmp_path / "served" / "state").exit_code == 0
     daemon = RunningReef(tmp_path / "served", "--inference.upstream-url", "http://127.0.0.1:9").start()
     try:
