@@ -299,10 +299,11 @@ async def _answer(request: web.Request, daemon: Daemon, route: str) -> web.Strea
     capture = _capture(request)
     raw, body = await json_body(request)
     _validate(route, body, daemon)
+    leg = _leg(request, daemon, route, raw, body)  # what cannot be translated is refused here
     if not capture:
-        return await _exchange(request, daemon, route, name, raw, body, None)
+        return await _exchange(request, daemon, route, name, raw, body, leg, None)
     async with daemon.scenarios.use(name) as scenario:  # kept open until the record is written
-        return await _exchange(request, daemon, route, name, raw, body, scenario)
+        return await _exchange(request, daemon, route, name, raw, body, leg, scenario)
 
 
 async def _exchange(
@@ -312,12 +313,12 @@ async def _exchange(
     name: str,
     raw: bytes,
     body: dict[str, Any],
+    leg: _Leg,
     scenario: Scenario | None,
 ) -> web.StreamResponse:
     release = scenario.releases.tip() if scenario is not None else None
     client_format = _CLIENT_FORMATS[route]
     stream = bool(body.get("stream")) and route != "embeddings"
-    leg = _leg(request, daemon, route, raw, body)  # bad input is refused here, before any record
     exchange = Exchange(
         route=route,
         client_format=client_format,
@@ -332,7 +333,8 @@ async def _exchange(
     )
     headers = _upstream_headers(request, daemon, client_format, stream)
     response_headers = {RELEASE_HEADER: release.name} if release else {}
-    response_id = f"resp_{uuid.uuid4().hex}"  # used when a Response is made here
+    # the id of a Response made here (translated); a forwarded one keeps the upstream's
+    response_id = f"resp_{uuid.uuid4().hex}" if client_format == "responses" else ""
     while True:
         try:
             if stream:

@@ -24,7 +24,7 @@ _BIG = 512 * 1024
 
 @dataclass
 class Exchange:
-    route: str  # "chat.completions" or "messages"
+    route: str  # "chat.completions", "messages", "responses" or "embeddings"
     client_format: str
     upstream_format: str
     request: dict[str, Any]
