@@ -138,6 +138,16 @@ def test_an_upstream_without_responses_is_asked_once_then_translated(reef_for, u
     assert len(data_log(reef)) == 2  # the 404 that taught reef is no record
 
 
+def test_a_501_also_says_the_route_is_missing_but_a_missing_model_does_not(reef_for, upstream):
+    reef = reef_for("forwarded")
+    upstream.script(Error(404, "The model 'nope' does not exist", "model_not_found"))
+    with pytest.raises(openai.NotFoundError):
+        client(reef).responses.create(model="nope", input="a")
+    upstream.script(Error(501, "not implemented", "server_error"), Text("via chat"))
+    assert client(reef).responses.create(model="m", input="a").output_text == "via chat"
+    assert inference_paths(upstream) == ["/v1/responses", "/v1/responses", "/v1/chat/completions"]
+
+
 @pytest.mark.parametrize(
     ("mode", "paths"), [("translate", ["/v1/chat/completions"]), ("forward", ["/v1/responses"])]
 )
