@@ -287,24 +287,16 @@ def release_versions(reader: ScenarioReader, tokens: Sequence[str]) -> list[dict
 
 
 @routes.get("/reef/harness/versions")
+@routes.get("/reef/harness/releases")
 async def versions(request: web.Request) -> web.Response:
     """``{"versions": [...]}``, oldest first: what the original Reef client's
-    ``harness_versions`` reads."""
+    ``harness_versions`` reads; ``/releases`` answers the same rows as ``releases``, the name
+    the original Reef's newer releases use."""
     daemon = daemon_of(request)
     name = scenario_of_read(request)
     tokens = daemon.settings.reef.tokens
     rows = await asyncio.to_thread(lambda: release_versions(daemon.scenarios.reader(name), tokens))
-    return web.json_response({"scenario": name, "versions": rows})
-
-
-@routes.get("/reef/harness/releases")
-async def releases(request: web.Request) -> web.Response:
-    """The same rows under the name the original Reef's newer releases serve them."""
-    daemon = daemon_of(request)
-    name = scenario_of_read(request)
-    tokens = daemon.settings.reef.tokens
-    rows = await asyncio.to_thread(lambda: release_versions(daemon.scenarios.reader(name), tokens))
-    return web.json_response({"scenario": name, "releases": rows})
+    return web.json_response({"scenario": name, request.path.rsplit("/", 1)[1]: rows})
 
 
 @routes.get("/reef/harness/releases/{n}/page")
