@@ -9,7 +9,8 @@
     ├── Unauthorized          a request without a valid token
     ├── PayloadTooLarge       a request body over the configured limit
     ├── StoreError            the repository could not be read or written
-    │   └── DiskFull          the file system under the state directory has no room left
+    │   ├── DiskFull          the file system under the state directory has no room left
+    │   └── RemoteError       a git remote could not be reached or refused us (URL redacted)
     └── UpstreamError         the model endpoint failed us
         ├── UpstreamRejected  it answered 4xx (status and body kept, relayed to the caller)
         ├── UpstreamUnavailable  connection refused or reset, 5xx, no upstream configured
@@ -31,6 +32,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "ReefError",
+    "RemoteError",
     "ScenarioLocked",
     "StoreError",
     "Unauthorized",
@@ -105,6 +107,14 @@ class DiskFull(StoreError):
         super().__init__(message)
         self.free_bytes = free_bytes
         self.state_dir = state_dir
+
+
+class RemoteError(StoreError):
+    """A scenario's git remote was unreachable, refused our credentials or failed (502); the
+    message names the remote, its URL without any password."""
+
+    code = "remote_error"
+    http_status = 502
 
 
 class UpstreamError(ReefError):

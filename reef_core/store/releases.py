@@ -201,6 +201,13 @@ class ReleaseChain:
                 return candidate
         raise NotFound(f"no release v{number}", field="release")
 
+    def release_at(self, commit: str) -> Release:
+        """The release that commit ``commit`` of a chain (this one, or a remote's) is."""
+        try:
+            return self._release_of(commit_at(self._repo, commit))
+        except (KeyError, ValueError) as exc:
+            raise StoreError(f"no release commit {commit}") from exc
+
     def files(self, release: Release) -> dict[str, bytes]:
         return self.tree_files(release.tree)
 
