@@ -26,9 +26,11 @@ from reef_core.errors import InvalidInput
 
 __all__ = [
     "KINDS",
+    "NODE_PATTERN",
     "IdGenerator",
     "ItemId",
     "parse_item_id",
+    "validate_node_name",
     "validate_scenario_name",
 ]
 
@@ -42,6 +44,8 @@ _KIND_BY_PREFIX = {prefix: kind for kind, (prefix, _) in KINDS.items()}
 
 _ITEM_ID = re.compile(r"^(rec|rep|ask)_([0-9a-f]{28})$")
 _SCENARIO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: a node name (``storage.node``): one path component of ``refs/reef/data/<node>``
+NODE_PATTERN = r"[a-z0-9][a-z0-9_-]{0,31}"
 _LOW_BITS = 64
 _LOW_MAX = (1 << _LOW_BITS) - 1
 
@@ -106,6 +110,19 @@ def validate_scenario_name(value: object, *, field: str = "scenario") -> str:
         shown = repr(value) if not isinstance(value, str) or len(value) <= 70 else "(too long)"
         raise InvalidInput(
             f"{field} {shown} is not a valid scenario name: use 1-64 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit",
+            field=field,
+        )
+    return value
+
+
+def validate_node_name(value: object, *, field: str = "node") -> str:
+    """Return ``value`` if it is a legal node name (``storage.node``), else raise
+    :class:`InvalidInput`."""
+    if not isinstance(value, str) or re.fullmatch(NODE_PATTERN, value) is None:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 70 else "(too long)"
+        raise InvalidInput(
+            f"{field} {shown} is not a valid node name: use 1-32 lowercase letters, digits, '_' "
             "or '-', starting with a letter or digit",
             field=field,
         )

@@ -1,13 +1,13 @@
 """The store: every byte reef keeps, in one bare git repository per scenario.
 
-Owns: scenario repositories, the data branch (records, reports, asks), the release chain,
+Owns: scenario repositories, the data refs (records, reports, asks; one per node), the release chain,
 candidates and pending releases, LFS objects, crash recovery and packing, and which harness
 adapters each scenario is installed for (its repository's git config, ``installs.py``).
 Does not own: what a record or a release *means* (the daemon and recipes decide that).
 May import: ``reef_core.errors``, ``reef_core.ids``, pygit2 (its only home).
 """
 
-from reef_core.store.data import DATA_REF, DataReader, Item, parse_trailers
+from reef_core.store.data import DATA_REF, NODE_DATA_PREFIX, DataReader, Item, data_ref, parse_trailers
 from reef_core.store.foreign import ForeignCommit, ForeignRepo
 from reef_core.store.lfs import GITATTRIBUTES, LfsPointer, parse_pointer, read_lfs, store_lfs
 from reef_core.store.releases import (
@@ -27,6 +27,7 @@ __all__ = [
     "CANDIDATES_PREFIX",
     "DATA_REF",
     "GITATTRIBUTES",
+    "NODE_DATA_PREFIX",
     "PENDING_PREFIX",
     "REJECTED_PREFIX",
     "RELEASE_REF",
@@ -46,6 +47,7 @@ __all__ = [
     "Store",
     "StoreOptions",
     "build_tree",
+    "data_ref",
     "iter_files",
     "parse_pointer",
     "parse_trailers",

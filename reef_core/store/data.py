@@ -9,12 +9,18 @@ what it added in a message that reads as a log line::
 
 with machine-readable trailers below (``Reef-Id``, ``Reef-Kind``, ``Reef-Counts``…).
 Reading an item is a tree lookup at the tip, never a history scan.
+
+One daemon writes ``refs/heads/data``.  Several daemons on one scenario (``storage.node``) each
+write their own ``refs/reef/data/<node>`` (:func:`data_ref`), and a :class:`DataReader` merges
+every data ref it finds by time; ``DataReader(handle, ref=…)`` reads one ref alone (what a
+node's recipes follow, so that no two nodes act on the same ask).
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,19 +28,29 @@ from typing import Any
 import pygit2
 
 from reef_core.errors import NotFound, StoreError
-from reef_core.ids import KINDS, ItemId, parse_item_id
+from reef_core.ids import KINDS, ItemId, parse_item_id, validate_node_name
 from reef_core.store.repo import RepoHandle, blob_at, commit_at, tree_at
 
 __all__ = [
     "DATA_REF",
+    "NODE_DATA_PREFIX",
     "DataReader",
     "Item",
+    "data_ref",
     "format_message",
     "parse_trailers",
 ]
 
 DATA_REF = "refs/heads/data"
+#: where each node of a scenario served by several daemons writes: ``refs/reef/data/<node>``
+NODE_DATA_PREFIX = "refs/reef/data/"
 _SUMMARY_MAX = 160
+
+
+def data_ref(node: str = "") -> str:
+    """The data ref written by a daemon with ``storage.node`` = ``node`` (none: the one
+    ``refs/heads/data``)."""
+    return NODE_DATA_PREFIX + validate_node_name(node, field="storage.node") if node else DATA_REF
 
 
 @dataclass(frozen=True)
@@ -96,39 +112,112 @@ def parse_counts(message: str) -> dict[str, int]:
 
 
 class DataReader:
-    """Reads the data branch.  Safe to use from any thread."""
+    """Reads the data refs.  Safe to use from any thread.
 
-    def __init__(self, handle: RepoHandle) -> None:
+    By default a view of every data ref of the repository (``refs/heads/data`` and each
+    ``refs/reef/data/<node>``), merged by time; ``own`` is the ref this process writes, looked
+    at first by :meth:`get` and the one :meth:`tip` reads.  With ``ref``, a view of that ref
+    alone.
+    """
+
+    def __init__(self, handle: RepoHandle, *, ref: str | None = None, own: str = DATA_REF) -> None:
         self._handle = handle
+        self._only = ref
+        self.own_ref = ref or own
+        # packed refs under NODE_DATA_PREFIX, by the stamp of packed-refs they were read from
+        self._packed: tuple[tuple[int, ...], list[str]] | None = None
+
+    def refs(self) -> list[str]:
+        """The data refs this view reads (those that exist, the own ref first)."""
+        if self._only is not None:
+            return [self._only] if self._target(self._only) is not None else []
+        return [name for name, _ in self._tips()]
 
     def tip(self) -> pygit2.Commit | None:
-        repo = self._handle.repo
+        """The tip of the own ref."""
+        target = self._target(self.own_ref)
+        return None if target is None else commit_at(self._handle.repo, target)
+
+    def _target(self, name: str) -> pygit2.Oid | None:
         try:
-            ref = repo.references.get(DATA_REF)
+            ref = self._handle.repo.references.get(name)
+            target = None if ref is None else ref.resolve().target
         except pygit2.GitError as exc:  # a ref mid-update reads as garbage on some filesystems
-            raise StoreError(f"cannot read {DATA_REF}: {exc}") from exc
-        return None if ref is None else commit_at(repo, ref.target)
+            raise StoreError(f"cannot read {name}: {exc}") from exc
+        return target if isinstance(target, pygit2.Oid) else None
+
+    def _tips(self) -> list[tuple[str, pygit2.Commit]]:
+        """(ref, tip commit) of each data ref this view reads, the own ref first."""
+        repo = self._handle.repo
+        if self._only is not None:
+            names = [self._only]
+        else:
+            names = [self.own_ref, *(n for n in [DATA_REF, *self._node_refs()] if n != self.own_ref)]
+        tips = []
+        for name in names:
+            target = self._target(name)
+            if target is not None:
+                tips.append((name, commit_at(repo, target)))
+        return tips
+
+    def _node_refs(self) -> list[str]:
+        """The refs under :data:`NODE_DATA_PREFIX`, loose or packed (a fetch may pack them)."""
+        path = self._handle.path
+        names = set()
+        try:
+            with os.scandir(os.path.join(path, NODE_DATA_PREFIX)) as entries:
+                names |= {
+                    NODE_DATA_PREFIX + e.name for e in entries if not e.name.endswith(".lock") and e.is_file()
+                }
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        packed_refs = os.path.join(path, "packed-refs")
+        try:
+            st = os.stat(packed_refs)
+            stamp: tuple[int, ...] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except FileNotFoundError:
+            stamp = ()
+        known = self._packed
+        if known is None or known[0] != stamp:
+            found = []
+            if stamp:
+                try:
+                    with open(packed_refs, encoding="utf-8", errors="replace") as f:
+                        for line in f:
+                            _, _, name = line.rstrip("\n").partition(" ")
+                            if name.startswith(NODE_DATA_PREFIX):
+                                found.append(name)
+                except FileNotFoundError:
+                    pass
+            known = self._packed = (stamp, found)
+        names.update(known[1])
+        return sorted(names)
 
     def counts(self) -> dict[str, int]:
-        tip = self.tip()
-        return parse_counts(tip.message) if tip else dict.fromkeys(KINDS, 0)
+        """Items of each kind: the sum of each ref's ``Reef-Counts``."""
+        counts = dict.fromkeys(KINDS, 0)
+        for _, tip in self._tips():
+            for kind, n in parse_counts(tip.message).items():
+                counts[kind] += n
+        return counts
 
     def last_id(self) -> ItemId | None:
-        tip = self.tip()
-        if tip is None:
-            return None
-        return parse_item_id(parse_trailers(tip.message).get("Reef-Id"), field="Reef-Id")
+        """The newest id on any ref of the view."""
+        ids = [
+            parse_item_id(parse_trailers(tip.message).get("Reef-Id"), field="Reef-Id")
+            for _, tip in self._tips()
+        ]
+        return max(ids, default=None)
 
     def get(self, item_id: str | ItemId) -> Item:
         parsed = item_id if isinstance(item_id, ItemId) else parse_item_id(item_id)
-        tip = self.tip()
-        try:
-            if tip is None:
-                raise KeyError(parsed.path)
-            entry = tip.tree[parsed.path]
-        except KeyError:
-            raise NotFound(f"no {parsed.kind} {parsed}", field="id") from None
-        return _load(self._handle.repo, entry.id, parsed)
+        for _, tip in self._tips():  # ids carry no node: each ref is looked at, the own first
+            try:
+                entry = tip.tree[parsed.path]
+            except KeyError:
+                continue
+            return _load(self._handle.repo, entry.id, parsed)
+        raise NotFound(f"no {parsed.kind} {parsed}", field="id")
 
     def exists(self, item_id: str | ItemId) -> bool:
         try:
@@ -144,25 +233,28 @@ class DataReader:
         after: str | ItemId | None = None,
         limit: int | None = None,
     ) -> Iterator[Item]:
-        """Items in the order they were written, optionally only those after ``after``.
+        """Items in the order they were written (by id: the refs of several nodes interleave
+        by time), optionally only those after ``after``.
 
         Walks the time-sharded trees from the cursor on, so the cost is proportional to what
-        is returned, not to history.
+        is returned, not to history.  Across several refs this is a snapshot: an item another
+        node wrote before the cursor and that arrives later (with a fetch) is not returned by
+        a later call with that cursor; a follower that must see everything reads one ref.
         """
         cursor = None
         if after is not None:
             cursor = after if isinstance(after, ItemId) else parse_item_id(after, field="after")
-        tip = self.tip()
-        if tip is None:
-            return
-        repo = self._handle.repo
-        streams = []
-        for kind in kinds or KINDS:
+        wanted = list(kinds or KINDS)
+        for kind in wanted:
             if kind not in KINDS:
                 raise StoreError(f"unknown item kind {kind!r}")
-            directory = KINDS[kind][1]
-            if directory in tip.tree:
-                streams.append(_walk(repo, tree_at(repo, tip.tree[directory].id), cursor))
+        repo = self._handle.repo
+        streams = []
+        for _, tip in self._tips():
+            for kind in wanted:
+                directory = KINDS[kind][1]
+                if directory in tip.tree:
+                    streams.append(_walk(repo, tree_at(repo, tip.tree[directory].id), cursor))
         merged = heapq.merge(*streams, key=lambda pair: pair[0].hex)
         for n, (item_id, oid) in enumerate(merged):
             if limit is not None and n >= limit:

@@ -6,7 +6,8 @@ batches or 64 MiB of items (``_BYTES``), the packer
 runs an incremental, geometric repack with the git CLI in a background thread, at the next
 pause in writing (or at once when three times that has piled up):
 
-* first :func:`compress`: ``git pack-objects --revs`` walks the data branch from its tip back
+* first :func:`compress`: ``git pack-objects --revs`` walks the scenario's own data ref (the
+  one its writer moves; other nodes' refs arrive by fetch, in packs git made) from its tip back
   to where the last compression stopped (``reef-packed-tip``), which lists the new objects
   with their paths (so trees pair with their previous versions for deltas), and packs them
   compressed (``--no-reuse-object``: the writer stores trees uncompressed; 1.6 -> 0.8 KB
@@ -140,11 +141,11 @@ class PackError(Exception):
     pass
 
 
-def compress(repo_path: Path, git: Git) -> list[str]:
+def compress(repo_path: Path, git: Git, *, ref: str = DATA_REF) -> list[str]:
     """Put the writer's packs, and loose objects, into compressed, deltified packs (git's);
     returns the new packs' names.
 
-    The objects the data branch gained since the last compression are listed by a walk from
+    The objects the data ref ``ref`` gained since the last compression are listed by a walk from
     its tip back to where that one stopped (:data:`_PACKED_TIP`), which gives git their paths
     to pair trees for deltas; whatever else the writer's packs hold (a batch whose ref moved
     after the tip was read, one that lost a race) and loose objects are added by id.  The
@@ -158,7 +159,7 @@ def compress(repo_path: Path, git: Git) -> list[str]:
     keep = [f"--keep-pack={name}.pack" for name in made_by_git]  # already compressed: skipped
     base = str(pack_dir / "pack")
     # read after the packs were listed, so every batch in them whose ref moved is under it
-    tip = read_ref(repo_path, DATA_REF)
+    tip = read_ref(repo_path, ref)
     made: list[str] = []
     if tip is not None and writer:
         revisions = [tip]
@@ -348,10 +349,13 @@ class Packer:
         every: int = 2000,
         on_repacked: Callable[[], None] | None = None,
         on_freed: Callable[[list[str]], bool] | None = None,
+        ref: str = DATA_REF,
     ) -> None:
-        """``on_freed``: given the files of the packs a repack merged away; True if it took
+        """``ref``: the data ref the writer moves, whose new objects :func:`compress` walks;
+        ``on_freed``: given the files of the packs a repack merged away; True if it took
         them (it reuses them), else they are removed here."""
         self._path = repo_path
+        self._ref = ref
         self._every = every
         self._on_repacked = on_repacked
         self._on_freed = on_freed
@@ -442,7 +446,7 @@ class Packer:
             git = functools.partial(self._git, lock=lock)
             failure = None
             try:
-                compress(self._path, git)
+                compress(self._path, git, ref=self._ref)
                 merge(self._path, git)
             except PackError as exc:
                 failure = str(exc)

@@ -13,7 +13,9 @@ import shutil
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pygit2
 
@@ -36,6 +38,7 @@ _LOCK_FILE = "reef-writer.lock"
 # A ref lock held by a live git process lasts milliseconds; one that survives this long
 # unchanged belongs to a writer that died.
 _STALE_GRACE_S = 0.25
+_T = TypeVar("_T")
 _REF_LOCK_WAIT_S = 2.0
 
 
@@ -252,7 +255,7 @@ def move_ref(
     inode = None
     if files is None:
         try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = _with_directory(lambda: os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), lock)
         except FileExistsError as exc:
             raise ConflictError(f"{name} is locked by another writer") from exc
         try:
@@ -266,7 +269,7 @@ def move_ref(
         fd, spare, inode = files.take()
         _fill(fd, data, fsync)
         try:
-            os.link(spare, lock)
+            _with_directory(lambda: os.link(spare, lock), lock)
         except FileExistsError as exc:
             raise ConflictError(f"{name} is locked by another writer") from exc
     try:
@@ -285,6 +288,16 @@ def move_ref(
     if files is not None:
         assert inode is not None
         files.current = (inode, new)
+
+
+def _with_directory(make: Callable[[], _T], path: str) -> _T:
+    """``make()``, which creates ``path``; if its directory is missing (``git pack-refs``
+    removes the directories it empties, ``refs/reef/data/`` say), made first."""
+    try:
+        return make()
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return make()
 
 
 def _is_file(path: str, inode: int) -> bool:

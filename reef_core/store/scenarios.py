@@ -7,12 +7,17 @@ A :class:`Scenario` opened for writing holds the repository's writer lock, runs 
 commit writer and the background packer, and repairs what a killed predecessor left behind
 (stale ref locks, a release without its tag).  A :class:`ScenarioReader` takes no lock and can
 sit beside a running daemon.
+
+With a node name (``storage.node``, for several daemons on one scenario) a scenario's writer
+writes ``refs/reef/data/<node>`` instead of ``refs/heads/data`` (:attr:`Scenario.data_ref`);
+``data`` reads every node's ref merged, ``own_data`` this node's alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -26,7 +31,7 @@ import pygit2
 
 from reef_core.errors import DiskFull, NotFound, StoreError
 from reef_core.ids import validate_scenario_name
-from reef_core.store.data import DataReader
+from reef_core.store.data import DataReader, data_ref
 from reef_core.store.installs import installed_adapters, note_install
 from reef_core.store.packer import Packer
 from reef_core.store.packs import remove_incomplete_packs
@@ -50,16 +55,25 @@ class StoreOptions:
     pack_every: int = 2000  # items (or 1/20 as many batches) between repacks; 0: never
     fsync: bool = False
     spare_files: int = SPARE_FILES  # files made ahead for commits, two per commit (scratch.py)
+    node: str = ""  # storage.node: write refs/reef/data/<node>; "": refs/heads/data
 
 
 class ScenarioReader:
-    """Read-only view of one scenario; takes no lock."""
+    """Read-only view of one scenario; takes no lock.
 
-    def __init__(self, name: str, path: Path) -> None:
+    ``node``: whose data ref is the own one (``own_data``, and looked at first by ``data``).
+    """
+
+    def __init__(self, name: str, path: Path, *, node: str = "") -> None:
         self.name = name
         self.path = path
         self.handle = RepoHandle(path)
-        self.data = DataReader(self.handle)
+        #: the data ref this node writes
+        self.data_ref = data_ref(node)
+        #: every data ref, merged by time: what a person or a client reads
+        self.data = DataReader(self.handle, own=self.data_ref)
+        #: this node's data ref alone: what the recipes follow, so two nodes never act on one ask
+        self.own_data = DataReader(self.handle, ref=self.data_ref)
         self.releases = ReleaseChain(self.handle)
 
     def installed_adapters(self) -> frozenset[str]:
@@ -74,7 +88,7 @@ class Scenario(ScenarioReader):
         self._lock = WriterLock(path)
         self._lock.acquire()
         try:
-            super().__init__(name, path)
+            super().__init__(name, path, node=options.node)
             self.recovered_locks = clear_stale_ref_locks(path)
             self.recovered_packs = remove_incomplete_packs(path / "objects")
             reuse = leftovers(path)
@@ -84,6 +98,7 @@ class Scenario(ScenarioReader):
                 every=options.pack_every,
                 on_repacked=self.handle.invalidate,
                 on_freed=lambda paths: self.writer.donate(paths),
+                ref=self.data_ref,
             )
             self.writer = GroupCommitWriter(
                 self.handle,
@@ -93,6 +108,7 @@ class Scenario(ScenarioReader):
                 reuse=reuse,
                 on_batch=self.packer.note_written,
                 space=space,
+                ref=self.data_ref,
             )
         except BaseException:
             self._lock.release()
@@ -183,14 +199,16 @@ class Store:
         with self._space_checked(f"creating {name}"):
             return init_bare(path)
 
-    def open(self, name: str, *, create: bool = False) -> Scenario:
+    def open(self, name: str, *, create: bool = False, node: str | None = None) -> Scenario:
+        """Open ``name`` for writing; ``node`` (default: the options') names its data ref."""
         path = self.path_of(name)
+        options = self.options if node is None else dataclasses.replace(self.options, node=node)
         with self._space_checked(f"opening {name}"):
             if create:
                 init_bare(path)
             elif not (path / "HEAD").exists():
                 raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
-            return Scenario(name, path, self.options, self.space)
+            return Scenario(name, path, options, self.space)
 
     @contextlib.contextmanager
     def _space_checked(self, what: str) -> Iterator[None]:
@@ -214,7 +232,7 @@ class Store:
         path = self.path_of(name)
         if not (path / "HEAD").exists():
             raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
-        return ScenarioReader(name, path)
+        return ScenarioReader(name, path, node=self.options.node)
 
     def archive(self, name: str) -> Path:
         """Move a scenario out of service, whole.  Fails if a process is writing it."""

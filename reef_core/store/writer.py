@@ -2,8 +2,9 @@
 
 Callers hand an item to :meth:`GroupCommitWriter.submit` from any thread and get a future.
 The writer drains whatever is queued (up to ``max_batch``), writes one commit per item, each
-the parent of the next, and then moves ``refs/heads/data`` once, by compare-and-swap, to the
-last commit.  Only then are the futures resolved: an id a caller receives is always reachable
+the parent of the next, and then moves its data ref (``refs/heads/data``, or
+``refs/reef/data/<node>`` on a node: ``data.py``) once, by compare-and-swap, to the last
+commit.  Only then are the futures resolved: an id a caller receives is always reachable
 from the branch, so killing the process at any moment loses no acknowledged item.
 
 Paying the ref lock once per batch instead of once per item is what makes group commit fast;
@@ -159,11 +160,14 @@ class GroupCommitWriter:
         reuse: Iterable[str] = (),
         on_batch: Callable[[int, int], None] | None = None,
         space: SpaceWatch | None = None,
+        ref: str = DATA_REF,
     ) -> None:
-        """``reuse``: files to empty and take as spare files before making any (what a
-        previous writer left, :func:`~reef_core.store.scratch.leftovers`); ``space``: told of
-        writes that fail for lack of space, and of each that succeeds (``space.py``)."""
+        """``ref``: the data ref this writer owns, and the only ref it moves; ``reuse``: files
+        to empty and take as spare files before making any (what a previous writer left,
+        :func:`~reef_core.store.scratch.leftovers`); ``space``: told of writes that fail for
+        lack of space, and of each that succeeds (``space.py``)."""
         self._handle = handle
+        self._ref = ref
         self._space = space
         self._fsync = fsync
         self._hot: _HotTree | None = None
@@ -177,16 +181,17 @@ class GroupCommitWriter:
         self._queued = 0  # items queued and not yet written, guarded by _submit_lock
         self._closed = False
         self._serialise = _Serialiser()  # used under _submit_lock
-        reader = DataReader(handle)
+        reader = DataReader(handle, ref=ref)
         self._counts = reader.counts()
-        # continue after the newest stored id, so ids stay increasing across restarts
+        # continue after the newest id on this ref, so ids stay increasing across restarts (not
+        # after another node's: counting on from its last id would make a collision likelier)
         self._ids = IdGenerator(after=reader.last_id())
         # files made ahead for the commits to come (see scratch.py)
         self._objects = os.path.join(handle.path, "objects")
         self._spares = Spares(handle.path, "pack", count=spare_files, floor=_SPARE_FLOOR, reuse=reuse)
         self._last_write = time.monotonic()
         self._filling = False  # topping the stock up in an idle moment
-        self._ref_files = RefFiles(handle.path, DATA_REF)
+        self._ref_files = RefFiles(handle.path, ref)
         self._thread = threading.Thread(target=self._run, name=f"reef-writer:{handle.path.stem}", daemon=True)
         self._thread.start()
 
@@ -463,7 +468,7 @@ class GroupCommitWriter:
         for _attempt in range(_CAS_ATTEMPTS):
             # the tip this writer left is trusted; if another process moved it since, the
             # compare-and-swap below says so and the next attempt reads it afresh
-            tip = self._hot_tip if self._hot is not None else read_ref(self._handle.path, DATA_REF)
+            tip = self._hot_tip if self._hot is not None else read_ref(self._handle.path, self._ref)
             if self._hot is None:
                 # first batch, or the branch moved under us: start again from what is there
                 parent = None if tip is None else commit_at(self._handle.repo, tip)
@@ -487,10 +492,12 @@ class GroupCommitWriter:
             assert head is not None  # the batch is never empty
             try:
                 if tip is None:
-                    if not create_ref_exclusive(self._handle.repo, DATA_REF, pygit2.Oid(hex=head)):
-                        raise pygit2.GitError(f"{DATA_REF} appeared")
+                    if not create_ref_exclusive(self._handle.repo, self._ref, pygit2.Oid(hex=head)):
+                        raise pygit2.GitError(f"{self._ref} appeared")
                 else:
-                    move_ref(self._handle.path, DATA_REF, tip, head, fsync=self._fsync, files=self._ref_files)
+                    move_ref(
+                        self._handle.path, self._ref, tip, head, fsync=self._fsync, files=self._ref_files
+                    )
             except (pygit2.GitError, StoreError, ConflictError, OSError) as exc:
                 if out_of_space(exc):  # not a race: another try would fail the same way
                     self._hot = None
@@ -505,7 +512,7 @@ class GroupCommitWriter:
             self._hot.prune()
             self._counts = counts
             return
-        raise StoreError(f"could not move {DATA_REF} after {_CAS_ATTEMPTS} attempts")
+        raise StoreError(f"could not move {self._ref} after {_CAS_ATTEMPTS} attempts")
 
 
 def commit_bytes(tree_hex: str, parent_hex: str | None, message: str) -> bytes:
