@@ -1,0 +1,568 @@
+"""Syncing a scenario repository with one of its git remotes (``remotes.py``): fetch, adopt, push.
+
+:func:`sync` runs, in this order:
+
+1. **fetch** everything the remote has into its tracking refs ``refs/remotes/<r>/…`` (under the
+   packer's repack lock, as packs with a reverse index so the packer leaves them be) — never into
+   a ref this node writes;
+2. **adopt**: other nodes' data refs (``refs/reef/data/<other>``, or ``refs/heads/data`` on a
+   node) fast-forward to the remote's by compare-and-swap, never the node's own; the release
+   chain moves to the remote's when the local one is an ancestor of it, once the LFS objects of
+   the new tip are fetched (a release whose checkpoint cannot be fetched is not adopted, so the
+   node keeps serving what it can);
+3. **LFS objects** of the release and candidate trees the remote lacks, collected here from the
+   trees (``git lfs push --object-id``; git-lfs never walks the data branch);
+4. **refs**: the node's own data ref (never forced), candidates, pending (pruned) and rejected;
+   with ``storage.node`` set those go under ``refs/reef/nodes/<node>/`` on the remote, since the
+   step numbers are each repository's own counter;
+5. **the release chain**, when the local one is ahead: ``git push --atomic
+   --force-with-lease=refs/heads/release:<tracking tip or 0{40}>`` with the new releases' tags,
+   so the remote never has a release without its tag, and a chain that moved there meanwhile
+   is never overwritten (:func:`push_release` is the same push, for the publish path).
+
+The last fetch and push of each remote are kept in ``<repo>/reef-sync/<remote>.json``; what is
+not pushed yet (releases, records) is derived from the tracking refs (:func:`remote_status`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from reef_core.errors import ConflictError, StoreError
+from reef_core.store.data import DATA_REF, NODE_DATA_PREFIX, parse_counts
+from reef_core.store.lfs import LfsPointer, lfs_object_path, parse_pointer
+from reef_core.store.releases import CANDIDATES_PREFIX, PENDING_PREFIX, REJECTED_PREFIX, RELEASE_REF
+from reef_core.store.remotes import (
+    Outcome,
+    Remote,
+    classify,
+    get_remote,
+    lfs_fetch,
+    lfs_push,
+    repack_lock,
+    run_git,
+    tracking_ref,
+)
+from reef_core.store.repo import blob_at, commit_at, create_ref_exclusive, move_ref, read_ref
+from reef_core.store.scenarios import Scenario, ScenarioReader
+
+__all__ = [
+    "ReleasePush",
+    "SyncReport",
+    "push_release",
+    "read_state",
+    "remote_status",
+    "sync",
+]
+
+ZERO = "0" * 40
+DEFAULT_TIMEOUT_S = 120.0
+_STATE_DIR = "reef-sync"
+_STEP_PREFIXES = (CANDIDATES_PREFIX, PENDING_PREFIX, REJECTED_PREFIX)
+_MAX_POINTER = 1024
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class SyncReport:
+    """What one :func:`sync` of one remote did.
+
+    ``outcome``: ``ok``; ``conflict`` (the remote's data ref or release chain moved in a way
+    that cannot be fast-forwarded; what could be pushed was); ``unreachable``, ``auth`` or
+    ``failed`` (``error`` says, redacted).  ``lfs``: ``ok``, ``unsupported`` (no git-lfs API:
+    checkpoints not pushed), ``failed``, or ``none`` (no LFS object to push).
+    """
+
+    scenario: str
+    remote: str
+    url: str  # redacted
+    outcome: str = "ok"
+    error: str | None = None
+    fetched: bool = False
+    pushed: dict[str, str] = field(default_factory=dict)  # remote ref -> git's summary
+    adopted: str | None = None  # the release adopted from the remote, "v7"
+    adopted_data: list[str] = field(default_factory=list)
+    lfs: str = "none"
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReleasePush:
+    """What :func:`push_release` came to: ``ok``, ``lease-lost`` (the remote's chain or tag moved
+    first: fetch, rebuild, retry) or ``unreachable`` (keep the release local, push it later);
+    ``lfs`` as in :class:`SyncReport`."""
+
+    outcome: str
+    message: str = ""
+    lfs: str = "none"
+
+
+# -- the state kept per remote ---------------------------------------------------------------
+
+
+def _state_path(path: Path, remote: str) -> Path:
+    return path / _STATE_DIR / f"{remote}.json"
+
+
+def read_state(path: Path, remote: str) -> dict[str, Any]:
+    """The last sync of ``remote`` as ``reef-sync/<remote>.json`` keeps it (empty if none)."""
+    try:
+        value = json.loads(_state_path(path, remote).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _write_state(path: Path, remote: str, state: dict[str, Any]) -> None:
+    target = _state_path(path, remote)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        target.parent.mkdir(exist_ok=True)
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write {target}: {exc}") from exc
+
+
+# -- refs --------------------------------------------------------------------------------------
+
+
+def _node_of(data_ref: str) -> str:
+    return data_ref[len(NODE_DATA_PREFIX) :] if data_ref.startswith(NODE_DATA_PREFIX) else ""
+
+
+def _remote_step_ref(ref: str, node: str) -> str:
+    """Where a candidate, pending or rejected ref goes on the remote."""
+    return f"refs/reef/nodes/{node}/{ref.removeprefix('refs/reef/')}" if node else ref
+
+
+def _refs_under(repo: pygit2.Repository, prefixes: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    for ref in repo.references.iterator():
+        if ref.name.startswith(prefixes):
+            found[ref.name] = str(ref.target)
+    return found
+
+
+def _ancestor(repo: pygit2.Repository, old: str, new: str) -> bool:
+    """``old`` is ``new`` or one of its ancestors."""
+    return old == new or repo.descendant_of(new, old)
+
+
+def _new_commits(repo: pygit2.Repository, tip: str, known: str | None) -> list[str]:
+    """First-parent commits from ``tip`` back to (not including) ``known``, newest first."""
+    found = []
+    commit: pygit2.Commit | None = commit_at(repo, tip)
+    while commit is not None and str(commit.id) != known:
+        found.append(str(commit.id))
+        commit = commit.parents[0] if commit.parents else None
+    return found
+
+
+# -- LFS pointers, collected from trees --------------------------------------------------------
+
+
+def lfs_pointers(repo: pygit2.Repository, trees: Iterable[str]) -> dict[str, LfsPointer]:
+    """The LFS pointers in ``trees`` (tree ids), by object id; shared subtrees read once."""
+    found: dict[str, LfsPointer] = {}
+    seen: set[str] = set()
+    stack = [pygit2.Oid(hex=tree) for tree in trees]
+    while stack:
+        oid = stack.pop()
+        if str(oid) in seen:
+            continue
+        seen.add(str(oid))
+        tree = repo[oid]
+        if not isinstance(tree, pygit2.Tree):
+            continue
+        for entry in tree:
+            if entry.type_str == "tree":
+                stack.append(entry.id)
+            elif entry.type_str == "blob" and str(entry.id) not in seen:
+                seen.add(str(entry.id))
+                _, size = repo.odb.read_header(entry.id)
+                if size <= _MAX_POINTER:
+                    pointer = parse_pointer(blob_at(repo, entry.id).data)
+                    if pointer is not None:
+                        found[pointer.oid] = pointer
+    return found
+
+
+def _tree_of(repo: pygit2.Repository, commit: str) -> str:
+    return str(repo[commit].peel(pygit2.Commit).tree_id)
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+
+
+def _fetch(scenario: Scenario, remote: Remote, timeout: float, progress: Progress | None) -> Outcome:
+    arguments = [
+        "-c",
+        "pack.writeReverseIndex=true",
+        "-c",
+        "transfer.unpackLimit=1",
+        "fetch",
+        "--progress" if progress else "-q",
+        "--prune",
+        "--no-write-fetch-head",
+        remote.name,
+    ]
+    with repack_lock(scenario.path):
+        result = run_git(scenario.path, arguments, timeout=timeout, progress=progress)
+    scenario.handle.invalidate()  # new packs: every thread's repository rescans
+    return classify(result)
+
+
+def _adopt_data(scenario: Scenario, remote: Remote, report: SyncReport) -> None:
+    """Other nodes' data refs, fast-forwarded to the remote's by compare-and-swap."""
+    repo = scenario.handle.repo
+    own = scenario.data_ref
+    tracking = {tracking_ref(remote.name, DATA_REF): DATA_REF}
+    prefix = tracking_ref(remote.name, NODE_DATA_PREFIX)
+    for name in _refs_under(repo, (prefix,)):
+        tracking[name] = NODE_DATA_PREFIX + name[len(prefix) :]
+    for source, local in tracking.items():
+        theirs = read_ref(scenario.path, source)
+        if local == own or theirs is None:
+            continue  # never the node's own: it holds records the remote may not have yet
+        mine = read_ref(scenario.path, local)
+        if mine == theirs:
+            continue
+        if mine is not None and not repo.descendant_of(theirs, mine):
+            report.warnings.append(f"{local} on {remote.name} is not a fast-forward of ours: left as it is")
+            continue
+        try:
+            if mine is None:
+                if not create_ref_exclusive(repo, local, pygit2.Oid(hex=theirs), f"sync from {remote.name}"):
+                    continue
+            else:
+                move_ref(scenario.path, local, mine, theirs)
+        except ConflictError:
+            continue  # moved meanwhile (another sync): the next one looks again
+        report.adopted_data.append(local)
+
+
+def _adopt_release(scenario: Scenario, remote: Remote, report: SyncReport, timeout: float) -> None:
+    """The remote's release chain, when ours is an ancestor of it and its checkpoint fetched."""
+    repo = scenario.handle.repo
+    theirs = read_ref(scenario.path, tracking_ref(remote.name, RELEASE_REF))
+    with scenario.publish_lock:
+        mine = read_ref(scenario.path, RELEASE_REF)
+        if theirs is None or mine == theirs or (mine is not None and not _ancestor(repo, mine, theirs)):
+            return
+        new = _new_commits(repo, theirs, mine)
+        tip_name = scenario.releases.release_at(theirs).name
+        needed = lfs_pointers(repo, [_tree_of(repo, theirs)])
+        missing = [oid for oid in needed if not lfs_object_path(scenario.path, oid).exists()]
+        if missing:
+            fetched = lfs_fetch(scenario.path, remote.name, new, timeout=timeout)
+            missing = [oid for oid in missing if not lfs_object_path(scenario.path, oid).exists()]
+            if missing:
+                why = "" if fetched.ok else f" ({_describe(fetched)})"
+                report.warnings.append(
+                    f"{tip_name} on {remote.name} lacks its checkpoint{why}: not adopted, "
+                    "the release served stays the one this node has"
+                )
+                return
+        try:
+            if mine is None:
+                if not create_ref_exclusive(
+                    repo, RELEASE_REF, pygit2.Oid(hex=theirs), f"sync from {remote.name}"
+                ):
+                    return
+            else:
+                move_ref(scenario.path, RELEASE_REF, mine, theirs)
+        except ConflictError:
+            return  # a local publish won the chain meanwhile: the push below tells
+        for commit in new:
+            number = scenario.releases.release_at(commit).number
+            tag = read_ref(scenario.path, tracking_ref(remote.name, f"refs/tags/v{number}"))
+            if tag is not None:
+                create_ref_exclusive(repo, f"refs/tags/v{number}", pygit2.Oid(hex=tag), "sync")
+        scenario.releases.repair_tags()  # a tag the remote lacked is derived from the chain
+        report.adopted = tip_name
+
+
+def _push_lfs(
+    scenario: Scenario, remote: Remote, report: SyncReport, state: dict[str, Any], timeout: float
+) -> None:
+    """The LFS objects of release and candidate trees the remote does not have yet (all of them
+    after a sync whose LFS push did not go through)."""
+    repo = scenario.handle.repo
+    everything = state.get("lfs") not in ("ok", "none")
+    trees = []
+    mine = read_ref(scenario.path, RELEASE_REF)
+    theirs = read_ref(scenario.path, tracking_ref(remote.name, RELEASE_REF))
+    if mine is not None:
+        known = None if everything or theirs is None or not _ancestor(repo, theirs, mine) else theirs
+        trees += [_tree_of(repo, commit) for commit in _new_commits(repo, mine, known)]
+    node = _node_of(scenario.data_ref)
+    for ref, target in _refs_under(repo, (CANDIDATES_PREFIX,)).items():
+        if (
+            everything
+            or read_ref(scenario.path, tracking_ref(remote.name, _remote_step_ref(ref, node))) != target
+        ):
+            trees.append(_tree_of(repo, target))
+    pointers = lfs_pointers(repo, trees)
+    present = [oid for oid in pointers if lfs_object_path(scenario.path, oid).exists()]
+    if not present:
+        report.lfs = state.get("lfs", "none")  # nothing to push: the last verdict stands
+        return
+    outcome = lfs_push(scenario.path, remote.name, present, timeout=timeout)
+    if outcome.ok:
+        report.lfs = "ok"
+    elif outcome.kind == "no_lfs":
+        report.lfs = "unsupported"
+        report.warnings.append(
+            f"checkpoints NOT pushed: {remote.name} has no git-lfs API "
+            f"({remote.shown_url} answered 404 on info/lfs/objects/batch)"
+        )
+    else:
+        report.lfs = "failed"
+        report.warnings.append(f"checkpoints NOT pushed to {remote.name}: {_describe(outcome)}")
+
+
+def _push_refs(
+    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, progress: Progress | None
+) -> Outcome:
+    """The own data ref and the step refs, if any differs from what the remote has."""
+    repo = scenario.handle.repo
+    node = _node_of(scenario.data_ref)
+    specs = []
+    own = read_ref(scenario.path, scenario.data_ref)
+    if own is not None and own != read_ref(scenario.path, tracking_ref(remote.name, scenario.data_ref)):
+        specs.append(f"{scenario.data_ref}:{scenario.data_ref}")  # never forced
+    local = _refs_under(repo, _STEP_PREFIXES)
+    remote_prefixes = tuple(tracking_ref(remote.name, _remote_step_ref(p, node)) for p in _STEP_PREFIXES)
+    tracked = _refs_under(repo, remote_prefixes)
+    wanted = {tracking_ref(remote.name, _remote_step_ref(ref, node)): target for ref, target in local.items()}
+    if wanted != tracked:
+        specs += [f"{prefix}*:{_remote_step_ref(prefix, node)}*" for prefix in _STEP_PREFIXES]
+    if not specs:
+        return Outcome("ok")
+    arguments = ["push", "--porcelain", "--no-verify", "--prune"]
+    if progress:
+        arguments.append("--progress")
+    result = run_git(scenario.path, [*arguments, remote.name, *specs], timeout=timeout, progress=progress)
+    outcome = classify(result)
+    for row in result.rows:
+        report.pushed[row.destination] = row.summary
+    if outcome.kind == "rejected" and any(
+        row.rejected and row.destination == scenario.data_ref for row in result.rows
+    ):
+        report.warnings.append(
+            f"{scenario.data_ref} on {remote.name} has records this node does not: two daemons write "
+            f"{scenario.data_ref}; give each its own storage.node"
+        )
+    return outcome
+
+
+def _push_chain(
+    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, progress: Progress | None
+) -> Outcome:
+    """The release chain and its new tags, when ours is ahead of the remote's."""
+    repo = scenario.handle.repo
+    mine = read_ref(scenario.path, RELEASE_REF)
+    theirs = read_ref(scenario.path, tracking_ref(remote.name, RELEASE_REF))
+    if mine is None or mine == theirs:
+        return Outcome("ok")
+    if theirs is not None and not _ancestor(repo, theirs, mine):
+        local = scenario.releases.release_at(mine).name
+        if _ancestor(repo, mine, theirs):
+            return Outcome("ok")  # behind (its checkpoint could not be adopted): nothing to push
+        there = scenario.releases.release_at(theirs).name
+        report.warnings.append(
+            f"the release chains diverged: this node is at {local}, {remote.name} at {there}; "
+            "releases not pushed"
+        )
+        return Outcome(
+            "rejected", "diverged", f"release chains diverged ({local} here, {there} on {remote.name})"
+        )
+    tags = []
+    for commit in _new_commits(repo, mine, theirs):
+        name = f"v{scenario.releases.release_at(commit).number}"
+        oid = read_ref(scenario.path, f"refs/tags/{name}")
+        if oid is not None:
+            tags.append((name, oid))
+    result = _lease_push(scenario.path, remote, mine, tags, theirs, timeout, progress)
+    for row in result.rows:
+        report.pushed[row.destination] = row.summary
+    return classify(result)
+
+
+def _lease_push(
+    path: Path,
+    remote: Remote,
+    commit: str,
+    tags: list[tuple[str, str]],
+    expected: str | None,
+    timeout: float,
+    progress: Progress | None = None,
+) -> Any:
+    arguments = [
+        "push",
+        "--atomic",
+        "--porcelain",
+        "--no-verify",
+        f"--force-with-lease={RELEASE_REF}:{expected or ZERO}",
+    ]
+    if progress:
+        arguments.append("--progress")
+    specs = [f"{commit}:{RELEASE_REF}", *(f"{oid}:refs/tags/{name}" for name, oid in tags)]
+    return run_git(path, [*arguments, remote.name, *specs], timeout=timeout, progress=progress)
+
+
+def _describe(outcome: Outcome) -> str:
+    what = {
+        "unreachable": "unreachable",
+        "auth": "credentials missing or refused",
+        "no_lfs": "no git-lfs API",
+        "failed": "failed",
+        "rejected": f"rejected ({outcome.reason})",
+    }.get(outcome.kind, outcome.kind)
+    return f"{what}: {outcome.message}" if outcome.message else what
+
+
+# -- the public functions ------------------------------------------------------------------------
+
+
+def sync(
+    scenario: Scenario,
+    remote: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Fetch from, adopt from and push to ``remote`` (see the module's docstring); the report
+    says what happened, and is kept in ``reef-sync/<remote>.json``.  Never raises for what the
+    remote did (the report's ``outcome`` and ``error`` say)."""
+    config = get_remote(scenario.path, remote)
+    report = SyncReport(scenario=scenario.name, remote=config.name, url=config.shown_url)
+    state = read_state(scenario.path, config.name)
+    now = time.time()
+    fetched = _fetch(scenario, config, timeout, progress)
+    state["last_fetch"] = {
+        "at": now,
+        "outcome": fetched.kind,
+        "error": None if fetched.ok else fetched.message,
+    }
+    if not fetched.ok:
+        report.outcome = fetched.kind if fetched.kind in ("unreachable", "auth") else "failed"
+        report.error = f"{config.name} ({config.shown_url}): {_describe(fetched)}"
+        state["last_error"] = report.error
+        _write_state(scenario.path, config.name, {**state, "url": config.shown_url})
+        return report
+    report.fetched = True
+    _adopt_data(scenario, config, report)
+    _adopt_release(scenario, config, report, timeout)
+    _push_lfs(scenario, config, report, state, timeout)
+    outcomes = [
+        _push_refs(scenario, config, report, timeout, progress),
+        _push_chain(scenario, config, report, timeout, progress),
+    ]
+    failed = [outcome for outcome in outcomes if not outcome.ok]
+    if failed:
+        worst = next((o for o in failed if o.kind != "rejected"), failed[0])
+        report.outcome = {"rejected": "conflict", "unreachable": "unreachable", "auth": "auth"}.get(
+            worst.kind, "failed"
+        )
+        report.error = f"{config.name} ({config.shown_url}): {_describe(worst)}"
+    state["last_push"] = {"at": time.time(), "outcome": report.outcome, "error": report.error}
+    state.update(
+        url=config.shown_url,
+        lfs=report.lfs,
+        adopted=report.adopted,
+        warnings=report.warnings,
+        last_error=report.error,
+    )
+    _write_state(scenario.path, config.name, state)
+    return report
+
+
+def push_release(
+    scenario: ScenarioReader,
+    remote: str,
+    commit: str,
+    tag: str,
+    expected: str | None,
+    *,
+    tag_oid: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> ReleasePush:
+    """Push release ``commit`` with its tag ``tag`` (``"v7"``; the tag object ``tag_oid``, by
+    default the local ``refs/tags/<tag>``) to ``remote`` in one atomic push, if the remote's
+    ``refs/heads/release`` is still ``expected`` (None: it must not exist yet).
+
+    The LFS objects of the release's tree go first (a remote without a git-lfs API is noted in
+    ``lfs``, not a failure).  Moves no local ref but the tracking refs git moves itself.
+    """
+    config = get_remote(scenario.path, remote)
+    oid = tag_oid or read_ref(scenario.path, f"refs/tags/{tag}")
+    if oid is None:
+        raise StoreError(f"no tag {tag} to push with release {commit}")
+    repo = scenario.handle.repo
+    pointers = lfs_pointers(repo, [_tree_of(repo, commit)])
+    present = [p for p in pointers if lfs_object_path(scenario.path, p).exists()]
+    lfs = "none"
+    if present:
+        pushed = lfs_push(scenario.path, config.name, present, timeout=timeout)
+        lfs = {"ok": "ok", "no_lfs": "unsupported"}.get(pushed.kind, "failed")
+        if pushed.kind in ("unreachable", "auth"):
+            return ReleasePush("unreachable", f"{config.name} ({config.shown_url}): {_describe(pushed)}", lfs)
+    outcome = classify(_lease_push(scenario.path, config, commit, [(tag, oid)], expected, timeout))
+    if outcome.ok:
+        return ReleasePush("ok", "", lfs)
+    message = f"{config.name} ({config.shown_url}): {_describe(outcome)}"
+    if outcome.kind == "rejected":
+        return ReleasePush("lease-lost", message, lfs)
+    return ReleasePush("unreachable", message, lfs)
+
+
+def remote_status(scenario: ScenarioReader, remote: Remote) -> dict[str, Any]:
+    """One remote as ``reef remote list`` shows it: its URL (redacted), the last fetch and
+    push, whether it takes LFS objects, and what is not pushed yet (derived from the tracking
+    refs: releases on the local chain the remote's lacks, records of the own data ref)."""
+    path = scenario.path
+    state = read_state(path, remote.name)
+    repo = scenario.handle.repo
+    mine = read_ref(path, RELEASE_REF)
+    theirs = read_ref(path, tracking_ref(remote.name, RELEASE_REF))
+    ahead = behind = 0
+    if mine is not None and theirs is not None:
+        ahead, behind = repo.ahead_behind(mine, theirs)
+    elif mine is not None:
+        ahead = scenario.releases.release_at(mine).number
+    own = read_ref(path, scenario.data_ref)
+    pushed = read_ref(path, tracking_ref(remote.name, scenario.data_ref))
+    records = _records(repo, own) - _records(repo, pushed)
+    lfs = state.get("lfs", "unknown")
+    return {
+        "name": remote.name,
+        "url": remote.shown_url,
+        "last_fetch": state.get("last_fetch"),
+        "last_push": state.get("last_push"),
+        "lfs": {"none": "unknown", "failed": "unknown"}.get(lfs, lfs),
+        "unpushed_releases": ahead,
+        "behind_releases": behind,
+        "unpushed_records": max(records, 0),
+        "error": state.get("last_error"),
+    }
+
+
+def _records(repo: pygit2.Repository, commit: str | None) -> int:
+    if commit is None:
+        return 0
+    return parse_counts(repo[commit].peel(pygit2.Commit).message).get("record", 0)
