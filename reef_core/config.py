@@ -125,6 +125,12 @@ class StorageSettings:
         64, "most scenarios held open for writing at once (fewer when the open-file limit is low)"
     )
     idle_close_s: float = _setting(300.0, "seconds a scenario may sit unused before it is closed (0: never)")
+    sync_interval: float = _setting(
+        0.0, "seconds between syncs of each open scenario with its git remotes (0: off; reef sync by hand)"
+    )
+    sync_timeout_s: float = _setting(
+        120.0, "seconds a git push or fetch to a remote may take before it is given up (reef sync, publish)"
+    )
 
 
 _SECTIONS: dict[str, type] = {
