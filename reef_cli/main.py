@@ -16,10 +16,12 @@ from reef_cli import (
     learn,
     log,
     releases,
+    remote,
     report,
     review,
     scenario,
     status,
+    sync,
 )
 from reef_cli import output as out
 from reef_cli.demo import demo
@@ -91,6 +93,8 @@ app.command("report")(report.report)
 app.command("log")(log.log)
 app.command("export")(export.export)
 app.command("import")(import_infra.import_)
+app.add_typer(remote.app, name="remote")
+app.command("sync")(sync.sync_command)
 app.command("demo")(demo)
 
 
