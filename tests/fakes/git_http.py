@@ -17,6 +17,7 @@ notes, commit 2):
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 import threading
@@ -101,12 +102,12 @@ class _Handler(BaseHTTPRequestHandler):
         stdin = proc.stdin
 
         def feed() -> None:
-            try:
-                stdin.write(body)
-            except BrokenPipeError:
-                pass  # http-backend answered without reading it all (an error)
-            finally:
-                stdin.close()
+            # http-backend may answer (an error) without reading the whole body
+            with contextlib.suppress(BrokenPipeError):
+                try:
+                    stdin.write(body)
+                finally:
+                    stdin.close()
 
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
