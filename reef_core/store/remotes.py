@@ -273,7 +273,7 @@ def run_git(
     if _NICE:
         command = [_NICE, "-n", "5", *command]
     env = _env()
-    if "core.sshCommand" in _safe_config(path) and env.get("GIT_SSH_COMMAND") == _SSH:
+    if env.get("GIT_SSH_COMMAND") == _SSH and _has_ssh_command(path):
         del env["GIT_SSH_COMMAND"]  # the person's own ssh command wins over ours
     try:
         proc = subprocess.Popen(
@@ -306,7 +306,8 @@ def run_git(
     stdout = redact(out.decode(errors="replace"))
     stderr = redact(err.decode(errors="replace"))
     if timed_out:
-        stderr += f"\ngit {arguments[0]} gave no answer within {timeout:g} s"
+        verb = next((a for a in arguments if not a.startswith("-") and "=" not in a), "")
+        stderr += f"\ngit {verb} gave no answer within {timeout:g} s"
     return GitResult(
         rc=-1 if timed_out else proc.returncode,
         stdout=stdout,
@@ -336,13 +337,16 @@ def _stream(proc: subprocess.Popen[bytes], progress: Callable[[str], None]) -> t
     return (collected[0] if collected else b""), bytes(err)
 
 
-def _safe_config(path: Path) -> pygit2.Config | dict[str, str]:
-    """The repository's config with the person's global and system levels (where their
-    ``core.sshCommand`` would be); empty if it cannot be read."""
+def _has_ssh_command(path: Path) -> bool:
+    """Whether the person set ``core.sshCommand`` (in the repository's, global or system config)."""
     try:
-        return pygit2.Repository(str(path)).config
+        repo = pygit2.Repository(str(path))
     except pygit2.GitError:
-        return {}
+        return False
+    try:
+        return "core.sshCommand" in repo.config
+    finally:
+        repo.free()  # not left to the cyclic collector
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from reef_core.store.remotes import (
     list_remotes,
     redact,
     remove_remote,
+    run_git,
     tracking_ref,
     validate_url,
 )
@@ -156,3 +158,13 @@ def test_ok_and_timeout():
     assert classify(_result(0, stdout=_PORCELAIN.format(rows="*\tabc:refs/heads/release\t[new branch]\n"))).ok
     late = GitResult(rc=-1, stdout="", stderr="git push gave no answer within 1 s", timed_out=True)
     assert (classify(late).kind, classify(late).reason) == ("unreachable", "timeout")
+
+
+def test_a_git_that_hangs_is_killed_with_its_children_at_the_timeout(tmp_path: Path):
+    repo = tmp_path / "s.git"
+    init_bare(repo)
+    started = time.monotonic()
+    result = run_git(repo, ["-c", "alias.hang=!sleep 30", "hang"], timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert result.timed_out and classify(result).kind == "unreachable"
+    assert result.stderr.endswith("git hang gave no answer within 0.5 s")
