@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from reef_core.errors import ConfigError
+from reef_core.ids import NODE_PATTERN
 
 __all__ = [
     "PROFILES",
@@ -44,8 +46,10 @@ def _setting(
     secret: bool = False,
     env: str | None = None,
     choices: tuple[str, ...] | None = None,
+    pattern: tuple[str, str] | None = None,
 ) -> Any:
-    meta = {"help": help, "secret": secret, "env": env, "choices": choices}
+    """``pattern``: (regular expression, what it admits in words) a non-empty string must match."""
+    meta = {"help": help, "secret": secret, "env": env, "choices": choices, "pattern": pattern}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -130,6 +134,15 @@ class StorageSettings:
     )
     sync_timeout_s: float = _setting(
         120.0, "seconds a git push or fetch to a remote may take before it is given up (reef sync, publish)"
+    )
+    node: str = _setting(
+        "",
+        "this daemon's name among several serving the same scenarios: it writes refs/reef/data/<node> "
+        "(empty: the one daemon, refs/heads/data); set per machine",
+        pattern=(
+            NODE_PATTERN,
+            "a node name: 1-32 lowercase letters, digits, '_' or '-', starting with a letter or digit",
+        ),
     )
 
 
@@ -379,6 +392,9 @@ def _coerce(key: str, raw: Any, spec: dataclasses.Field, source: str) -> Any:
         choices = spec.metadata["choices"]
         if choices and raw not in choices:
             raise bad("one of " + ", ".join(choices))
+        pattern = spec.metadata["pattern"]
+        if pattern and raw and re.fullmatch(pattern[0], raw) is None:
+            raise bad(pattern[1])
         return raw
     raise ConfigError(f"{_display(key)} cannot be set from {source}", field=key)
 

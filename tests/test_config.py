@@ -79,6 +79,7 @@ def test_recipe_config_is_free_form_and_typed(tmp_path: Path):
         (["--reef.port", "eighty"], "reef.port must be an integer, got 'eighty' (from flag:--reef.port)"),
         (["--inference.upstream-api", "grpc"], "must be one of openai, anthropic"),
         (["--storage.fsync", "maybe"], "must be true or false"),
+        (["--storage.node", "Node/1"], "storage.node must be a node name: 1-32 lowercase letters"),
         (["positional"], "unexpected argument 'positional'"),
         (["--port", "1"], "unknown option --port"),
     ],
@@ -110,3 +111,14 @@ def test_secrets_are_masked_wherever_they_came_from(tmp_path: Path):
     assert rows["inference.upstream-api-key"][0] == "********"
     assert "sk-file-secret-123" not in repr(s.describe()) and "tok-one" not in repr(s.describe())
     assert rows["storage.pack-every"] == ("2000", "default")
+
+
+def test_the_node_name_is_off_by_default_and_checked_wherever_it_comes_from(tmp_path: Path):
+    assert load_settings(env={}, cwd=tmp_path).storage.node == ""
+    file = _write(tmp_path, "[storage]\nnode = 'eu-1'\n")
+    assert load_settings(file=file, env={}, cwd=tmp_path).storage.node == "eu-1"
+    assert load_settings(file=file, env={}, overrides=["--storage.node="], cwd=tmp_path).storage.node == ""
+    for bad in ("EU", "-eu", "eu.1", "a" * 33, "../x"):
+        with pytest.raises(ConfigError, match=r"storage\.node must be a node name.*\(from file:") as info:
+            load_settings(file=_write(tmp_path, f"[storage]\nnode = {bad!r}\n"), env={}, cwd=tmp_path)
+        assert info.value.field == "storage.node"

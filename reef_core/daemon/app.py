@@ -133,7 +133,9 @@ def build_app(settings: Settings) -> web.Application:
         )
     store = Store(
         storage.state_dir,
-        StoreOptions(max_batch=storage.max_batch, pack_every=storage.pack_every, fsync=storage.fsync),
+        StoreOptions(
+            max_batch=storage.max_batch, pack_every=storage.pack_every, fsync=storage.fsync, node=storage.node
+        ),
     )
     cache_dir = settings.inference.model_cache or storage.state_dir / "models"
     context = RecipeContext(
