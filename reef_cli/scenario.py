@@ -91,7 +91,9 @@ def show(
         console.print(
             f"  learning    {learning.get('state')}, {learning.get('steps', 0)} steps", highlight=False
         )
-    console.print(f"  audit       git -C {row['path']} log --oneline data", highlight=False)
+    # a daemon with storage.node writes refs/reef/data/<node>: refs/heads/data may not exist
+    refs = " ".join(r.removeprefix("refs/heads/") for r in row.get("data_refs") or ["data"])
+    console.print(f"  audit       git -C {row['path']} log --oneline {refs}", highlight=False)
 
 
 @app.command()

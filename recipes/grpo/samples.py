@@ -32,8 +32,9 @@ class Sample:
 
 def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, list[Sample]]]:
     """``(report id, samples)`` for each report after ``after``; records that the embedded
-    model did not produce (no token ids) are skipped."""
-    for report in scenario.data.iter_items(["report"], after=after):
+    model did not produce (no token ids) are skipped.  Reports are this node's own (its data
+    ref), so two nodes never train on one; the records they name may be on any node's."""
+    for report in scenario.own_data.iter_items(["report"], after=after):
         score = report.data.get("score")
         samples = []
         if isinstance(score, (int, float)) and not isinstance(score, bool):

@@ -225,7 +225,9 @@ class ReefineRecipe(Recipe):
             for record in records:
                 self._taken.update(record.get("batch", {}).get("items", []))
             self._book = usage.ledger(records)
-        for item in scenario.data.iter_items(["ask"], after=self._cursor):
+        # this node's asks only: another node acts on its own, and a cursor over merged refs
+        # would miss an ask a fetch brings in late
+        for item in scenario.own_data.iter_items(["ask"], after=self._cursor):
             self._cursor = item.id
             settled = (item.data.get("imported") or {}).get("settled")  # the original Reef acted on it
             if item.id not in self._taken and not settled:

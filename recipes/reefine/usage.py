@@ -123,8 +123,10 @@ class SessionIndex:
         """Read what was written since the last update; returns the new turns of sessions.
 
         The first update reads every report, and the records after ``records_after`` (None:
-        from the data branch's tip on)."""
-        data = scenario.data
+        from the data branch's tip on).  Only this node's data ref is followed (a cursor over
+        every node's would miss what a fetch brings in late, and two nodes would learn from
+        the same turn); receipts are still looked up on every ref."""
+        data = scenario.own_data
         turns: list[NewTurn] = []
         if not self.started:
             last = data.last_id()

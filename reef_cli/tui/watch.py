@@ -1,6 +1,7 @@
 """Knowing when a scenario repository changed: watchfiles on its refs.
 
-Everything the TUI shows moves a ref: a record, report or ask moves ``refs/heads/data``; a
+Everything the TUI shows moves a ref: a record, report or ask moves ``refs/heads/data`` (or
+``refs/reef/data/<node>``, on a scenario several daemons write, or when a sync brings one); a
 release moves ``refs/heads/release`` and adds a tag; a candidate, a pending or a rejected mark
 adds a ref under ``refs/reef/``; packing rewrites ``packed-refs``; a new scenario appears as a
 new ``<name>.git``.  So the watch is on ``<state>/scenarios`` and a filter keeps only those

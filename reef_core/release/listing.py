@@ -146,11 +146,13 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
 
 
 def scenario_summary(reader: ScenarioReader) -> dict[str, Any]:
-    """One scenario in a listing: its item counts, current release and pending steps."""
+    """One scenario in a listing: its item counts (every node's data ref), the data refs,
+    current release and pending steps."""
     tip = reader.releases.tip()
     return {
         "name": reader.name,
         "counts": reader.data.counts(),
+        "data_refs": reader.data.refs(),
         "release": tip.name if tip else None,
         "pending": reader.releases.pending(),
     }

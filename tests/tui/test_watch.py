@@ -17,6 +17,8 @@ ROOT = Path("/state/scenarios")
     [
         ("s.git/refs/heads/release", True),
         ("s.git/refs/heads/data", True),
+        ("s.git/refs/reef/data/node-a", True),  # a node's data ref (storage.node)
+        ("s.git/refs/reef/data/node-a.lock", False),
         ("s.git/refs/tags/v3", True),
         ("s.git/refs/reef/pending/2", True),
         ("s.git/packed-refs", True),
