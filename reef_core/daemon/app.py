@@ -20,6 +20,7 @@ from reef_core.daemon import (
     records_routes,
     reef_routes,
     release_routes,
+    syncing,
 )
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
@@ -32,7 +33,7 @@ from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.errors import ConfigError
 from reef_core.hosts import is_loopback
 from reef_core.learning import RecipeContext
-from reef_core.store import Store, StoreOptions
+from reef_core.store import Scenario, Store, StoreOptions
 from reef_core.upstream import UpstreamClient
 
 __all__ = [
@@ -176,6 +177,13 @@ def build_app(settings: Settings) -> web.Application:
         middlewares=[error_middleware, auth_middleware(settings.reef.tokens)],
     )
     app[DAEMON] = daemon
+    syncer = app[syncing.SYNCING] = syncing.Syncing(daemon)
+
+    def on_open(scenario: Scenario) -> None:
+        learners.attach(scenario)
+        syncer.attach(scenario)
+
+    daemon.scenarios.on_open = on_open
     app[MAX_JSON_DEPTH] = settings.reef.max_json_depth
     app.add_routes(inference.routes)
     app.add_routes(reef_routes.routes)
@@ -183,6 +191,7 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(release_routes.routes)
     app.add_routes(harness_routes.routes)
     app.add_routes(install_routes.routes)
+    app.add_routes(syncing.routes)
 
     source = transformers_model(settings, Path(cache_dir))
 
@@ -200,8 +209,10 @@ def build_app(settings: Settings) -> web.Application:
 
     async def sweep_idle_scenarios(app: web.Application) -> None:
         daemon.scenarios.start_sweeping()
+        syncer.start()
 
     async def shutdown(app: web.Application) -> None:
+        await syncer.stop()
         await asyncio.to_thread(learners.stop)
         await daemon.upstream.close()
         await daemon.scenarios.close()  # writes everything queued before the locks go

@@ -27,6 +27,9 @@ __all__ = ["UNNAMED_APPROVER", "parse_step", "routes"]
 
 routes = web.RouteTableDef()
 
+#: a rollback the client did not pin to a tip is tried again on a tip another node moved
+_ROLLBACK_ATTEMPTS = 3
+
 #: who a promote is recorded as approved by when the request does not say
 UNNAMED_APPROVER = "an unnamed client"
 
@@ -99,9 +102,19 @@ async def rollback(request: web.Request) -> web.Response:
     async with _opened(daemon, name) as scenario:
 
         def publish() -> Release:
-            with scenario.publish_lock:
-                tip = scenario.releases.tip()
-                return scenario.releases.rollback(target, expected=expected or (tip.commit if tip else None))
+            attempts = 0
+            while True:
+                with scenario.publish_lock:
+                    tip = scenario.releases.tip()
+                    base = expected or (tip.commit if tip else None)
+                    try:
+                        return scenario.releases.rollback(target, expected=base)
+                    except ConflictError:
+                        # another node published first (its release is adopted by now): the
+                        # same rollback on the new tip, unless the client pinned the tip it meant
+                        attempts += 1
+                        if expected or attempts >= _ROLLBACK_ATTEMPTS or scenario.releases.tip() == tip:
+                            raise
 
         return await _publish(daemon, name, publish)
 

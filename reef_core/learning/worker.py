@@ -307,9 +307,15 @@ class LearningWorker:
                     verdict="selected",
                     source=f"candidate {stored.step}",
                 )
-            except ConflictError as exc:  # another process published between our look and our swap
-                self.recipe.rejected(self.scenario, candidate)
-                return _Settled(None, stored.step, f"rejected: conflict: {exc}", conflict=True)
+            except ConflictError as exc:  # another process, or node, published between our look and our swap
+                now = chain.tip()  # a remote's chain is adopted before its lost lease is raised
+                rebased = None
+                if retry and now is not None and now.commit != (base.commit if base else None):
+                    rebased = self._rebase(record, now)
+                if rebased is None:
+                    self.recipe.rejected(self.scenario, candidate)
+                verdict = f"rejected: conflict: {exc}" + ("; retried on the new tip" if rebased else "")
+                return _Settled(None, stored.step, verdict, conflict=True, rebased=rebased, new_base=now)
         with self._delivery:
             self.recipe.deliver(self.scenario, release)
         return _Settled(release, stored.step, verdict)

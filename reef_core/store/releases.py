@@ -23,7 +23,7 @@ import json
 import os
 import time
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,6 +157,10 @@ class ReleaseChain:
     def __init__(self, handle: RepoHandle) -> None:
         self._handle = handle
         self._tip: tuple[tuple[int, ...], Release | None] | None = None  # last tip read, by stamp
+        #: told of each release before any ref moves, with its tag object and the tip it was
+        #: built on; raising stops the publish with nothing visible.  The daemon sets it to push
+        #: the release to the scenario's remote first (``reef_core.store.sync.RemotePublisher``).
+        self.publisher: Callable[[Release, str, str | None], None] | None = None
 
     @property
     def _repo(self) -> pygit2.Repository:
@@ -286,10 +290,13 @@ class ReleaseChain:
             trailers += [f"Reef-Approved-By: {approver}", f"Reef-Approved-At: {_iso(sig.time)}"]
         message = subject + "\n\n" + "\n".join(trailers) + "\n"
         commit = repo.create_commit(None, sig, sig, message, tree_oid, parents)
+        release = self._release_of(commit_at(repo, commit))
+        tag = self._tag_object(release, dated=when)
+        if self.publisher is not None:
+            self.publisher(release, tag, expected)
         self._swap(RELEASE_REF, expected, commit, message=subject)
         self._tip = None
-        release = self._release_of(commit_at(repo, commit))
-        self._ensure_tag(release, dated=when)
+        self._tag_ref(release, tag)
         return release
 
     def rollback(self, release: int | str, *, expected: str | None) -> Release:
@@ -327,7 +334,10 @@ class ReleaseChain:
                 raise ConflictError(f"{name} moved while publishing: {exc}") from exc
 
     def _ensure_tag(self, release: Release, *, dated: int | None = None) -> None:
-        repo = self._repo
+        self._tag_ref(release, self._tag_object(release, dated=dated))
+
+    def _tag_object(self, release: Release, *, dated: int | None = None) -> str:
+        """Write ``release``'s annotated tag object (no ref yet); returns its id."""
         lines = [f"{release.name} {release.operation}", ""]
         if release.ask:
             lines.append(f"ask: {release.ask}")
@@ -343,9 +353,12 @@ class ReleaseChain:
             f"object {release.commit}\ntype commit\ntag {release.name}\n"
             f"tagger {tagger.name} <{tagger.email}> {stamp} +0000\n\n" + "\n".join(lines) + "\n"
         )
-        oid = repo.odb.write(pygit2.enums.ObjectType.TAG, tag.encode())
+        return str(self._repo.odb.write(pygit2.enums.ObjectType.TAG, tag.encode()))
+
+    def _tag_ref(self, release: Release, tag: str) -> None:
+        repo = self._repo
         name = f"refs/tags/{release.name}"
-        if not create_ref_exclusive(repo, name, oid, f"tag {release.name}"):
+        if not create_ref_exclusive(repo, name, pygit2.Oid(hex=tag), f"tag {release.name}"):
             existing = repo.references[name].peel(pygit2.Commit)
             if str(existing.id) != release.commit:
                 raise StoreError(

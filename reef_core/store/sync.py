@@ -39,7 +39,13 @@ import pygit2
 from reef_core.errors import ConflictError, StoreError
 from reef_core.store.data import DATA_REF, NODE_DATA_PREFIX, parse_counts
 from reef_core.store.lfs import LfsPointer, lfs_object_path, parse_pointer
-from reef_core.store.releases import CANDIDATES_PREFIX, PENDING_PREFIX, REJECTED_PREFIX, RELEASE_REF
+from reef_core.store.releases import (
+    CANDIDATES_PREFIX,
+    PENDING_PREFIX,
+    REJECTED_PREFIX,
+    RELEASE_REF,
+    Release,
+)
 from reef_core.store.remotes import (
     Outcome,
     Remote,
@@ -56,6 +62,7 @@ from reef_core.store.scenarios import Scenario, ScenarioReader
 
 __all__ = [
     "ReleasePush",
+    "RemotePublisher",
     "SyncReport",
     "push_release",
     "read_state",
@@ -529,6 +536,58 @@ def push_release(
     if outcome.kind == "rejected":
         return ReleasePush("lease-lost", message, lfs)
     return ReleasePush("unreachable", message, lfs)
+
+
+class RemotePublisher:
+    """Publishing with a remote (``ReleaseChain.publisher``): each release is pushed to the
+    remote, with its tag and a lease on the remote's chain, *before* the local chain moves.
+
+    * pushed: the local chain follows (a fast-forward), so no node ever serves a ``vN`` the
+      remote does not have;
+    * the lease was lost (another node published first): the remote's chain is fetched and
+      adopted here, and the publish fails with :class:`ConflictError`; the caller finds the
+      tip moved and rebuilds its change on it (the recipe's ``rebase``) or records a conflict,
+      as in a race between two publishers of one machine;
+    * the remote cannot be reached: the release is published locally all the same, unpushed,
+      and the next sync pushes it (``remote_status`` counts it meanwhile).
+
+    Pushing first, not after the local swap, is what keeps one release per number everywhere
+    without ever moving a published local release or tag back.  ``on_adopt`` is told the name
+    of a release adopted after a lost lease (the daemon serves it).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        remote: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        on_adopt: Callable[[str], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.remote = get_remote(scenario.path, remote)
+        self.timeout = timeout
+        self.on_adopt = on_adopt
+        self.last: ReleasePush | None = None
+
+    def __call__(self, release: Release, tag: str, expected: str | None) -> None:
+        path, name = self.scenario.path, self.remote.name
+        theirs = read_ref(path, tracking_ref(name, RELEASE_REF))
+        pushed = push_release(
+            self.scenario, name, release.commit, release.name, theirs, tag_oid=tag, timeout=self.timeout
+        )
+        self.last = pushed
+        if pushed.outcome != "lease-lost":
+            return  # pushed, or unreachable: published here, pushed by a later sync
+        report = SyncReport(scenario=self.scenario.name, remote=name, url=self.remote.shown_url)
+        if _fetch(self.scenario, self.remote, self.timeout, None).ok:
+            _adopt_release(self.scenario, self.remote, report, self.timeout)
+        if report.adopted and self.on_adopt is not None:
+            self.on_adopt(report.adopted)
+        now = report.adopted or "a chain this node cannot follow yet"
+        raise ConflictError(
+            f"the release chain moved on {name} (now {now}); {release.name} was not published"
+        )
 
 
 def remote_status(scenario: ScenarioReader, remote: Remote) -> dict[str, Any]:

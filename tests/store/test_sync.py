@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from reef_core.errors import ConflictError
 from reef_core.ids import parse_item_id
 from reef_core.store import GITATTRIBUTES, RELEASE_REF, Scenario, Store, StoreOptions, build_tree, store_lfs
 from reef_core.store.lfs import lfs_object_path
 from reef_core.store.remotes import add_remote, get_remote, tracking_ref
 from reef_core.store.repo import init_bare, read_ref
-from reef_core.store.sync import push_release, read_state, remote_status, sync
+from reef_core.store.sync import RemotePublisher, push_release, read_state, remote_status, sync
 from tests.conftest import LFS_CONFIG, git
 from tests.fakes.git_http import GitHttpServer
 
@@ -242,3 +243,64 @@ def test_two_repositories_racing_push_release_exactly_one_wins(tmp_path: Path):
         assert read_ref(remote, "refs/tags/v2") == read_ref(winner.path, "refs/tags/v2")
         loser = b if winner is a else a
         assert sync(loser, "origin").outcome == "conflict"  # diverged: the loser's v2 stays local
+
+
+def _publish(scenario: Scenario, text: bytes):
+    tree = build_tree(scenario.handle.repo, {"AGENTS.md": text})
+    tip = scenario.releases.tip()
+    return scenario.releases.publish(tree, expected=tip.commit if tip else None, operation="evolve")
+
+
+def test_publishing_pushes_first_and_the_loser_adopts_the_winners_release(tmp_path: Path):
+    remote = tmp_path / "remote.git"
+    init_bare(remote)
+    a, b = _open(tmp_path, "a", node="a"), _open(tmp_path, "b", node="b")
+    try:
+        for scenario in (a, b):
+            add_remote(scenario.path, "origin", str(remote))
+        _publish(a, b"v1\n")
+        assert sync(a, "origin").outcome == "ok" and sync(b, "origin").adopted == "v1"
+        adopted: list[str] = []
+        a.releases.publisher = RemotePublisher(a, "origin")
+        b.releases.publisher = RemotePublisher(b, "origin", on_adopt=adopted.append)
+        assert _publish(a, b"a's change\n").name == "v2"
+        assert (
+            git("--git-dir", str(remote), "rev-parse", "v2^{commit}").stdout.strip()
+            == a.releases.tip().commit
+        )
+        with pytest.raises(ConflictError, match="moved on origin \\(now v2\\)"):
+            _publish(b, b"b's change\n")  # built on v1: the remote's v2 came first
+        assert adopted == ["v2"] and b.releases.tip().commit == a.releases.tip().commit
+        retried = _publish(b, b"b's change\n")  # rebuilt on the new tip: the next number
+        assert retried.name == "v3"
+        chain = git("--git-dir", str(remote), "log", "--format=%s", "--first-parent", "release").stdout
+        assert chain.split("\n")[:3] == ["v3 evolve", "v2 evolve", "v1 evolve"]
+        for n in (1, 2, 3):  # every tag on the remote at its place in one linear chain
+            count = git("--git-dir", str(remote), "rev-list", "--count", f"v{n}^{{commit}}").stdout
+            assert int(count) == n
+        assert not git("--git-dir", str(remote), "rev-list", "--min-parents=2", "release").stdout
+    finally:
+        a.close()
+        b.close()
+
+
+def test_publishing_while_the_remote_is_down_is_local_and_pushed_by_the_next_sync(tmp_path: Path):
+    server = GitHttpServer(tmp_path / "srv")
+    init_bare(tmp_path / "srv" / "s.git")
+    server.start()
+    try:
+        with _open(tmp_path, "a") as scenario:
+            add_remote(scenario.path, "origin", server.url("s.git"))
+            scenario.releases.publisher = RemotePublisher(scenario, "origin", timeout=30)
+            assert _publish(scenario, b"one\n").name == "v1"  # pushed
+            server.stop()
+            assert _publish(scenario, b"two\n").name == "v2"  # the remote is down: local
+            assert scenario.releases.publisher.last.outcome == "unreachable"
+            status = remote_status(scenario, get_remote(scenario.path, "origin"))
+            assert status["unpushed_releases"] == 1
+            server.start()
+            assert sync(scenario, "origin").outcome == "ok"
+            tags = git("--git-dir", str(tmp_path / "srv" / "s.git"), "tag").stdout.split()
+            assert tags == ["v1", "v2"]
+    finally:
+        server.stop()

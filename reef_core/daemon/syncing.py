@@ -1,0 +1,123 @@
+"""The daemon and its scenarios' git remotes (``reef_core.store.sync``).
+
+* **Publishing**: a scenario that has a remote publishes through it (``RemotePublisher``, the
+  first remote its repository lists): each release is pushed with its tag under a lease on
+  the remote's chain before the local chain moves; a lost lease adopts the other node's
+  release, and the step is rebuilt on it or recorded as a conflict; an unreachable remote
+  leaves the release local, pushed by a later sync.
+* **Syncing**: every ``storage.sync-interval`` seconds (off by default) each open scenario with
+  remotes syncs with each of them, one scenario at a time, in a worker thread; and on demand,
+  ``POST /reef/scenarios/{s}/sync`` (``reef sync`` when a daemon holds the scenario).
+* **Serving what a fetch brought**: a release adopted from a remote is delivered at once
+  (weights swapped by the recipe); the harness manifest and the inference routes read the
+  chain's tip on each request, so they follow by themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from reef_core.daemon.context import Daemon, daemon_of
+from reef_core.daemon.parsing import json_body, known_fields
+from reef_core.errors import NotFound
+from reef_core.store import Scenario
+from reef_core.store.remotes import list_remotes
+from reef_core.store.sync import RemotePublisher, SyncReport, sync
+
+__all__ = ["Syncing", "routes"]
+
+log = logging.getLogger(__name__)
+
+routes = web.RouteTableDef()
+
+
+class Syncing:
+    """Remotes of the daemon's open scenarios: the publisher each gets, the interval loop."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def timeout(self) -> float:
+        return self.daemon.settings.storage.sync_timeout_s
+
+    def attach(self, scenario: Scenario) -> None:
+        """Publish through the scenario's first remote, if it has one (called as it opens)."""
+        remotes = list_remotes(scenario.path)
+        if not remotes:
+            return
+        scenario.releases.publisher = RemotePublisher(
+            scenario, remotes[0].name, timeout=self.timeout, on_adopt=lambda name: self._serve(scenario, name)
+        )
+
+    def _serve(self, scenario: Scenario, name: str) -> None:
+        """Deliver a release adopted from a remote (in the thread that adopted it)."""
+        log.info("%s: serving %s, adopted from a remote", scenario.name, name)
+        self.daemon.learners.deliver(scenario.name, scenario.releases.get(name))
+
+    async def sync(self, name: str, remote: str | None = None) -> list[SyncReport]:
+        """Sync scenario ``name`` with ``remote`` (by default each of its remotes)."""
+        async with self.daemon.scenarios.use(name, create=False) as scenario:
+            names = [r.name for r in list_remotes(scenario.path)]
+            if remote is not None:
+                if remote not in names:
+                    raise NotFound(f"scenario {name} has no remote {remote!r}", field="remote")
+                names = [remote]
+            if scenario.releases.publisher is None and names:
+                self.attach(scenario)  # a remote added since the scenario opened
+            reports = []
+            async with self._locks.setdefault(name, asyncio.Lock()):
+                for each in names:
+                    report = await asyncio.to_thread(sync, scenario, each, timeout=self.timeout)
+                    if report.adopted:
+                        await asyncio.to_thread(self._serve, scenario, report.adopted)
+                    if report.error:
+                        log.warning("%s: sync with %s: %s", name, each, report.error)
+                    reports.append(report)
+            return reports
+
+    def start(self) -> None:
+        interval = self.daemon.settings.storage.sync_interval
+        if interval > 0 and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(interval))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            for name in list(self.daemon.scenarios.open_names):
+                scenario = self.daemon.scenarios.peek(name)
+                if scenario is None or not list_remotes(scenario.path):
+                    continue
+                try:
+                    await self.sync(name)
+                except Exception:  # the loop must outlive any one scenario's trouble
+                    log.exception("syncing %s failed", name)
+
+
+SYNCING = web.AppKey("reef.syncing", Syncing)
+
+
+@routes.post("/reef/scenarios/{name}/sync")
+async def sync_route(request: web.Request) -> web.Response:
+    """Sync now: ``{"remote"?}`` → ``{"scenario", "remotes": [what each sync did]}``."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    daemon.scenarios.reader(name)  # an unknown scenario is a 404 before anything else
+    body: dict[str, Any] = {}
+    if request.can_read_body:
+        _, body = await json_body(request)
+    remote = known_fields(body, {"remote"}, "a sync request").get("remote")
+    reports = await request.app[SYNCING].sync(name, remote)
+    return web.json_response({"scenario": name, "remotes": [r.as_dict() for r in reports]})
