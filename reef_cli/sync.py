@@ -1,9 +1,10 @@
 """``reef sync [SCENARIO] [--remote NAME]``: push to and fetch from a scenario's git remotes.
 
-Writes the state directory itself (``reef_core/store/sync.py``), so the scenario must not be
-open in a running daemon.  A remote that cannot be reached, or refuses the credentials, is
-exit 1; a remote whose data ref or release chain cannot be fast-forwarded is exit 3 (conflict);
-a remote without a git-lfs API takes the refs and is reported ("checkpoints NOT pushed").
+Writes the state directory itself (``reef_core/store/sync.py``); a scenario a running daemon
+holds is synced by that daemon instead (``POST /reef/scenarios/{s}/sync`` at ``--url``).  A
+remote that cannot be reached, or refuses the credentials, is exit 1; a remote whose data ref
+or release chain cannot be fast-forwarded is exit 3 (conflict); a remote without a git-lfs API
+takes the refs and is reported ("checkpoints NOT pushed").
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import typer
 from reef_cli import exits
 from reef_cli import output as out
 from reef_cli.output import JsonOption
+from reef_cli.sources import UrlOption, connect
 from reef_cli.state import StateDirOption, open_store
+from reef_core.client import DaemonUnavailable
 from reef_core.errors import InvalidInput, NotFound, ScenarioLocked
-from reef_core.store import Scenario, Store
+from reef_core.store import Store
 from reef_core.store.remotes import list_remotes
 from reef_core.store.sync import DEFAULT_TIMEOUT_S, SyncReport, sync
 
@@ -34,6 +37,7 @@ def sync_command(
         "", "--node", help="This machine's storage.node, if its daemon has one (whose data ref is its own)."
     ),
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds each git command may take."),
+    url: str = UrlOption,
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -53,7 +57,7 @@ def sync_command(
                 f"scenario {name} has {which} (reef remote add {name} NAME URL)", field="remote"
             )
         if remotes:
-            reports += _sync_one(store, name, remotes, node, timeout, as_json)
+            reports += _sync_one(store, name, remotes, node, timeout, as_json, url)
     if as_json:
         out.output.json({"remotes": [r.as_dict() for r in reports]})
     elif not reports:
@@ -66,9 +70,12 @@ def sync_command(
 
 
 def _sync_one(
-    store: Store, name: str, remotes: list[str], node: str, timeout: float, as_json: bool
+    store: Store, name: str, remotes: list[str], node: str, timeout: float, as_json: bool, url: str
 ) -> list[SyncReport]:
-    opened = _open(store, name, node)
+    try:
+        opened = store.open(name, node=node)
+    except ScenarioLocked as exc:
+        return _through_daemon(name, remotes, url, exc, as_json)
     reports = []
     try:
         for each in remotes:
@@ -85,14 +92,27 @@ def _sync_one(
     return reports
 
 
-def _open(store: Store, name: str, node: str) -> Scenario:
+def _through_daemon(
+    name: str, remotes: list[str], url: str, locked: ScenarioLocked, as_json: bool
+) -> list[SyncReport]:
+    """A scenario a daemon holds: that daemon syncs it (it owns the repository's writer)."""
+    client = connect(url, timeout=600)
     try:
-        return store.open(name, node=node)
-    except ScenarioLocked as exc:
+        reports = []
+        for each in remotes:
+            for row in client.sync(name, each):
+                report = SyncReport(**row)
+                if not as_json:
+                    _print(report)
+                reports.append(report)
+        return reports
+    except DaemonUnavailable:
         raise ScenarioLocked(
-            f"{exc.message}: reef sync writes the repository itself; stop the daemon (reef serve) "
-            f"holding {name} and run it again"
+            f"{locked.message}, and no daemon answers at {url}: reef sync writes the repository "
+            f"itself, so stop what holds {name}, or pass the daemon's --url"
         ) from None
+    finally:
+        client.close()
 
 
 def _print(report: SyncReport) -> None:

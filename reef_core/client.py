@@ -335,6 +335,11 @@ class ReefClient:
         params = {"release": release} if release else None
         return self._call("GET", "/reef/harness", params=params, scenario=scenario)
 
+    def sync(self, scenario: str, remote: str | None = None) -> list[dict[str, Any]]:
+        """Sync a scenario the daemon holds with its git remotes (or ``remote``): what each did."""
+        body = {"remote": remote} if remote else {}
+        return list(self._call("POST", f"/reef/scenarios/{self._name(scenario)}/sync", json=body)["remotes"])
+
     def versions(self, scenario: str) -> list[dict[str, Any]]:
         """The releases oldest first, each with the gate metrics of the step that made it."""
         return list(self._call("GET", "/reef/harness/versions", scenario=scenario)["versions"])

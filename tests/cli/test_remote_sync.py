@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
+
 from reef_core.store import Store, StoreOptions, build_tree
 from reef_core.store.repo import init_bare, read_ref
 from tests.cli.support import reef
@@ -79,7 +81,7 @@ def test_sync_to_http_without_lfs_and_down_and_held_by_a_daemon(tmp_path: Path):
             held = reef("sync", "s", "--state-dir", str(state))
         assert held.exit_code == 3
         assert "scenario s is already open for writing" in held.output
-        assert "stop the daemon (reef serve) holding s" in held.output
+        assert "no daemon answers at" in held.output and "stop what holds s" in held.output
 
         server.stop()
         down = reef("sync", "s", "--remote", "web", "--state-dir", str(state))
@@ -88,3 +90,23 @@ def test_sync_to_http_without_lfs_and_down_and_held_by_a_daemon(tmp_path: Path):
 
     missing = reef("sync", "s", "--remote", "nope", "--state-dir", str(state))
     assert missing.exit_code == 2 and "scenario s has no remote 'nope'" in missing.output
+
+
+def test_sync_of_a_scenario_a_daemon_holds_goes_through_that_daemon(make_reef, tmp_path: Path):
+    daemon = make_reef()
+    assert httpx.post(f"{daemon.url}/reef/scenarios", json={"name": "s"}, timeout=10).status_code == 201
+    remote = tmp_path / "remote.git"
+    init_bare(remote)
+    state = str(daemon.state_dir)
+    assert reef("remote", "add", "s", "origin", str(remote), "--state-dir", state).exit_code == 0
+    httpx.post(
+        f"{daemon.url}/v1/chat/completions",
+        headers={"x-reef-scenario": "s"},
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=10,
+    )
+    synced = reef("sync", "s", "--state-dir", state, "--url", daemon.url)
+    assert synced.exit_code == 0, synced.output
+    assert f"s ↔ origin ({remote}): ok" in synced.output
+    local = git("--git-dir", daemon.repo("s"), "rev-parse", "refs/heads/data").stdout
+    assert git("--git-dir", str(remote), "rev-parse", "refs/heads/data").stdout == local
