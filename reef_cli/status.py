@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,34 @@ def status(url: str = UrlOption, state_dir: Path | None = StateDirOption, as_jso
             escape(_learning(row.get("learning"))),
         )
     console.print(table)
+    for row in rows:
+        for remote in row.get("remotes") or []:
+            console.print(escape(_remote(row["name"], remote)), highlight=False)
+
+
+def _remote(scenario: str, remote: dict[str, Any]) -> str:
+    """``s ↔ origin (url): pushed 12:03:04 ok; 1 release, 40 records not pushed; checkpoints …``"""
+    push = remote.get("last_push") or {}
+    when = time.strftime("%H:%M:%S", time.localtime(push["at"])) if push.get("at") else None
+    text = f"{scenario} ↔ {remote['name']} ({remote['url']}): "
+    text += f"last push {when} {push.get('outcome')}" if when else "never pushed"
+    waiting = [
+        f"{n} {what}{'' if n == 1 else 's'}"
+        for n, what in (
+            (remote.get("unpushed_releases", 0), "release"),
+            (remote.get("unpushed_records", 0), "record"),
+        )
+        if n
+    ]
+    if waiting:
+        text += "; not pushed: " + ", ".join(waiting)
+    if remote.get("behind_releases"):
+        text += f"; {remote['behind_releases']} release(s) there not served here"
+    if remote.get("lfs") == "unsupported":
+        text += "; checkpoints NOT pushed (the remote has no git-lfs API)"
+    if remote.get("error"):
+        text += f"; error: {remote['error']}"
+    return text
 
 
 def _auth(auth: dict[str, Any] | None) -> str:

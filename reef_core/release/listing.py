@@ -14,6 +14,8 @@ from typing import Any
 from reef_core.harness.tree import HarnessTree, TreeError, approval_changes
 from reef_core.release.pages import page_path
 from reef_core.store import Candidate, Release, ReleaseChain, ScenarioReader
+from reef_core.store.remotes import list_remotes
+from reef_core.store.sync import remote_status
 
 __all__ = [
     "approval_question",
@@ -147,7 +149,7 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
 
 def scenario_summary(reader: ScenarioReader) -> dict[str, Any]:
     """One scenario in a listing: its item counts (every node's data ref), the data refs,
-    current release and pending steps."""
+    current release, pending steps, and each git remote's state (last sync, what is not pushed)."""
     tip = reader.releases.tip()
     return {
         "name": reader.name,
@@ -155,4 +157,5 @@ def scenario_summary(reader: ScenarioReader) -> dict[str, Any]:
         "data_refs": reader.data.refs(),
         "release": tip.name if tip else None,
         "pending": reader.releases.pending(),
+        "remotes": [remote_status(reader, remote) for remote in list_remotes(reader.path)],
     }

@@ -110,3 +110,13 @@ def test_sync_of_a_scenario_a_daemon_holds_goes_through_that_daemon(make_reef, t
     assert f"s ↔ origin ({remote}): ok" in synced.output
     local = git("--git-dir", daemon.repo("s"), "rev-parse", "refs/heads/data").stdout
     assert git("--git-dir", str(remote), "rev-parse", "refs/heads/data").stdout == local
+    httpx.post(
+        f"{daemon.url}/v1/chat/completions",
+        headers={"x-reef-scenario": "s"},
+        json={"model": "m", "messages": [{"role": "user", "content": "again"}]},
+        timeout=10,
+    )
+    shown = reef("status", "--url", daemon.url)
+    assert shown.exit_code == 0, shown.output
+    assert f"s ↔ origin ({remote}): last push" in shown.output
+    assert "not pushed: 1 record" in shown.output
