@@ -37,6 +37,7 @@ the daemon that started it is killed: a new packer, or a tool that wants a quiet
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
@@ -46,7 +47,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -81,9 +82,18 @@ def _open_lock(repo_path: Path) -> int:
 
 def wait_for_repack(repo_path: Path) -> None:
     """Block until no repack started by reef is running on ``repo_path``."""
+    with repack_lock(repo_path):
+        pass
+
+
+@contextlib.contextmanager
+def repack_lock(repo_path: Path) -> Iterator[None]:
+    """Hold the repack lock (waits for a running repack): what else writes packs into the
+    repository (a fetch) takes it, so a repack never mistakes its files for its own leftovers."""
     lock = _open_lock(repo_path)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(lock)
 

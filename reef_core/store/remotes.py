@@ -29,7 +29,6 @@ and every line of git or git-lfs output reef shows or keeps goes through :func:`
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -59,7 +58,6 @@ __all__ = [
     "list_remotes",
     "redact",
     "remove_remote",
-    "repack_lock",
     "run_git",
     "tracking_ref",
     "validate_url",
@@ -72,7 +70,6 @@ _LOCK_WAIT_S = 2.0
 _config_writing = threading.Lock()
 # the packer's lock (packer.py): a fetch that ran during a failed repack could lose its
 # tmp_pack_* to the packer's clean-up of git leftovers, so a fetch takes it too
-_REPACK_LOCK = "reef-repack.lock"
 
 #: for every git and git-lfs child: no prompt (a missing credential fails, never hangs), stable
 #: messages to classify, ssh that never asks (unless a person configured their own ssh command)
@@ -347,17 +344,6 @@ def _has_ssh_command(path: Path) -> bool:
         return "core.sshCommand" in repo.config
     finally:
         repo.free()  # not left to the cyclic collector
-
-
-@contextlib.contextmanager
-def repack_lock(path: Path) -> Iterator[None]:
-    """Hold the packer's ``reef-repack.lock`` (waits for a running repack)."""
-    fd = os.open(path / _REPACK_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 # -- what happened ---------------------------------------------------------------------------

@@ -39,6 +39,7 @@ import pygit2
 from reef_core.errors import ConflictError, StoreError
 from reef_core.store.data import DATA_REF, NODE_DATA_PREFIX, parse_counts
 from reef_core.store.lfs import LfsPointer, lfs_object_path, parse_pointer
+from reef_core.store.packer import repack_lock
 from reef_core.store.releases import (
     CANDIDATES_PREFIX,
     PENDING_PREFIX,
@@ -53,7 +54,6 @@ from reef_core.store.remotes import (
     get_remote,
     lfs_fetch,
     lfs_push,
-    repack_lock,
     run_git,
     tracking_ref,
 )
