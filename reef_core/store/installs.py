@@ -26,35 +26,25 @@ machines this daemon serves, not about the scenario's history.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from pathlib import Path
 
 import pygit2
 
-from reef_core.errors import InvalidInput, StoreError
+from reef_core.errors import InvalidInput
+from reef_core.store.repo import repo_config, write_config
 
 __all__ = ["installed_adapters", "note_install"]
 
 _SECTION = "reef-adapter"
 _VARIABLE = "installed"
 _ADAPTER = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-_LOCK_WAIT_S = 2.0
-_writing = threading.Lock()
-
-
-def _config(path: Path) -> pygit2.Config:
-    """The repository's own config file alone (no global or system levels)."""
-    try:
-        return pygit2.Config(str(path / "config"))
-    except pygit2.GitError as exc:
-        raise StoreError(f"cannot read {path / 'config'}: {exc}") from exc
 
 
 def installed_adapters(path: Path) -> frozenset[str]:
     """The adapters whose installer the scenario repository at ``path`` has served."""
     found = set()
-    for entry in _config(path):
+    for entry in repo_config(path):
         section, _, rest = entry.name.partition(".")
         adapter, _, variable = rest.rpartition(".")
         if section == _SECTION and variable == _VARIABLE and _ADAPTER.match(adapter):
@@ -68,14 +58,8 @@ def note_install(path: Path, adapter: str, *, now: float | None = None) -> None:
         raise InvalidInput(f"adapter {adapter!r} is not an adapter name", field="adapter")
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
     key = f"{_SECTION}.{adapter}.{_VARIABLE}"
-    deadline = time.monotonic() + _LOCK_WAIT_S
-    with _writing:
-        while True:
-            try:
-                _config(path)[key] = stamp
-                return
-            except pygit2.GitError as exc:
-                if "lock" in str(exc).lower() and time.monotonic() < deadline:
-                    time.sleep(0.005)  # another process is writing the config: wait, then again
-                    continue
-                raise StoreError(f"cannot note the {adapter} install in {path / 'config'}: {exc}") from exc
+
+    def write(config: pygit2.Config) -> None:
+        config[key] = stamp
+
+    write_config(path, write, what=f"note the {adapter} install")

@@ -35,7 +35,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from urllib.parse import urlsplit
 import pygit2
 
 from reef_core.errors import InvalidInput, NotFound, StoreError
+from reef_core.store.repo import repo_config, write_config
 
 __all__ = [
     "GitResult",
@@ -66,8 +66,6 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _USERINFO_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*):[^@/\s]*@")
 _NICE = shutil.which("nice")
-_LOCK_WAIT_S = 2.0
-_config_writing = threading.Lock()
 # the packer's lock (packer.py): a fetch that ran during a failed repack could lose its
 # tmp_pack_* to the packer's clean-up of git leftovers, so a fetch takes it too
 
@@ -134,17 +132,10 @@ class Remote:
         return redact(self.url)
 
 
-def _config(path: Path) -> pygit2.Config:
-    try:
-        return pygit2.Config(str(path / "config"))
-    except pygit2.GitError as exc:
-        raise StoreError(f"cannot read {path / 'config'}: {exc}") from exc
-
-
 def list_remotes(path: Path) -> list[Remote]:
     """The remotes configured in the repository at ``path``, by name."""
     found = {}
-    for entry in _config(path):
+    for entry in repo_config(path):
         if entry.name.startswith("remote.") and entry.name.endswith(".url"):
             name = entry.name[len("remote.") : -len(".url")]
             if entry.value is not None:
@@ -175,22 +166,15 @@ def add_remote(path: Path, name: str, url: str) -> Remote:
         (f"{section}.tagOpt", "--no-tags"),
         (f"{section}.prune", "true"),
     ]
-    deadline = time.monotonic() + _LOCK_WAIT_S
-    with _config_writing:
+
+    def write(config: pygit2.Config) -> None:  # idempotent: tried again while config.lock is held
         for key, value in values:
-            while True:
-                try:
-                    config = _config(path)
-                    if key.endswith(".fetch"):
-                        config.set_multivar(key, "^$", value)  # matches none: adds a value
-                    else:
-                        config[key] = value
-                    break
-                except pygit2.GitError as exc:
-                    if "lock" in str(exc).lower() and time.monotonic() < deadline:
-                        time.sleep(0.005)  # a person's `git config` holds config.lock: again
-                        continue
-                    raise StoreError(f"cannot write {path / 'config'}: {exc}") from exc
+            if not key.endswith(".fetch"):
+                config[key] = value
+            elif value not in list(config.get_multivar(key)):
+                config.set_multivar(key, "^$", value)  # matches none: adds a value
+
+    write_config(path, write, what=f"add remote {name}")
     return Remote(name, kept)
 
 

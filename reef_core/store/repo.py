@@ -30,8 +30,10 @@ __all__ = [
     "commit_at",
     "create_ref_exclusive",
     "init_bare",
+    "repo_config",
     "signature",
     "tree_at",
+    "write_config",
 ]
 
 _LOCK_FILE = "reef-writer.lock"
@@ -361,3 +363,34 @@ def create_ref_exclusive(repo: pygit2.Repository, name: str, target: pygit2.Oid,
                 time.sleep(0.002)  # another process is writing this ref: wait, then look again
                 continue
             raise StoreError(f"cannot create {name}: {exc}") from exc
+
+
+# -- the repository's own config file ---------------------------------------------------------
+
+_CONFIG_WAIT_S = 2.0
+_config_writing = threading.Lock()  # this process's config writers take turns
+
+
+def repo_config(path: Path) -> pygit2.Config:
+    """The repository's own config file alone (no global or system levels)."""
+    try:
+        return pygit2.Config(str(path / "config"))
+    except pygit2.GitError as exc:
+        raise StoreError(f"cannot read {path / 'config'}: {exc}") from exc
+
+
+def write_config(path: Path, write: Callable[[pygit2.Config], None], *, what: str) -> None:
+    """Apply ``write`` to the repository's config; while another process (a person's ``git
+    config``) holds ``config.lock``, wait and try again, for a while.  ``what`` names the change
+    in the error when it cannot be made."""
+    deadline = time.monotonic() + _CONFIG_WAIT_S
+    with _config_writing:
+        while True:
+            try:
+                write(repo_config(path))
+                return
+            except pygit2.GitError as exc:
+                if "lock" in str(exc).lower() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    continue
+                raise StoreError(f"cannot {what} in {path / 'config'}: {exc}") from exc
