@@ -272,18 +272,13 @@ def _adopt_release(scenario: Scenario, remote: Remote, report: SyncReport, timeo
             return
         new = _new_commits(repo, theirs, mine)
         tip_name = scenario.releases.release_at(theirs).name
-        needed = lfs_pointers(repo, [_tree_of(repo, theirs)])
-        missing = [oid for oid in needed if not lfs_object_path(scenario.path, oid).exists()]
-        if missing:
-            fetched = lfs_fetch(scenario.path, remote.name, new, timeout=timeout)
-            missing = [oid for oid in missing if not lfs_object_path(scenario.path, oid).exists()]
-            if missing:
-                why = "" if fetched.ok else f" ({_describe(fetched)})"
-                report.warnings.append(
-                    f"{tip_name} on {remote.name} lacks its checkpoint{why}: not adopted, "
-                    "the release served stays the one this node has"
-                )
-                return
+        why = _missing_checkpoints(scenario, remote, new, timeout)
+        if why is not None:
+            report.warnings.append(
+                f"{tip_name} on {remote.name} lacks its checkpoint{why}: not adopted, "
+                "the release served stays the one this node has"
+            )
+            return
         try:
             if mine is None:
                 if not create_ref_exclusive(
@@ -294,13 +289,100 @@ def _adopt_release(scenario: Scenario, remote: Remote, report: SyncReport, timeo
                 move_ref(scenario.path, RELEASE_REF, mine, theirs)
         except ConflictError:
             return  # a local publish won the chain meanwhile: the push below tells
-        for commit in new:
-            number = scenario.releases.release_at(commit).number
-            tag = read_ref(scenario.path, tracking_ref(remote.name, f"refs/tags/v{number}"))
-            if tag is not None:
-                create_ref_exclusive(repo, f"refs/tags/v{number}", pygit2.Oid(hex=tag), "sync")
-        scenario.releases.repair_tags()  # a tag the remote lacked is derived from the chain
+        _adopt_tags(scenario, remote, new)
         report.adopted = tip_name
+
+
+def _adopt_tags(scenario: Scenario, remote: Remote, commits: list[str]) -> None:
+    """The remote's tag objects for ``commits`` (releases adopted from it), so a later push of
+    them is a no-op; a tag the remote lacks is derived from the chain."""
+    for commit in commits:
+        number = scenario.releases.release_at(commit).number
+        tag = read_ref(scenario.path, tracking_ref(remote.name, f"refs/tags/v{number}"))
+        if tag is not None:
+            create_ref_exclusive(scenario.handle.repo, f"refs/tags/v{number}", pygit2.Oid(hex=tag), "sync")
+    scenario.releases.repair_tags()
+
+
+def _missing_checkpoints(
+    scenario: Scenario, remote: Remote, commits: list[str], timeout: float
+) -> str | None:
+    """Why the newest of ``commits`` (releases on the remote) cannot be served here, after
+    fetching its LFS objects; None when it can."""
+    repo = scenario.handle.repo
+    needed = lfs_pointers(repo, [_tree_of(repo, commits[0])])
+    missing = [oid for oid in needed if not lfs_object_path(scenario.path, oid).exists()]
+    if not missing:
+        return None
+    fetched = lfs_fetch(scenario.path, remote.name, commits, timeout=timeout)
+    if all(lfs_object_path(scenario.path, oid).exists() for oid in missing):
+        return None
+    return "" if fetched.ok else f" ({_describe(fetched)})"
+
+
+def _supersede(scenario: Scenario, remote: Remote, report: SyncReport, timeout: float) -> None:
+    """Releases published here while the remote could not be reached, on a chain the remote
+    moved past meanwhile (another node published): the remote's chain wins, so that every
+    ``vN`` is one release everywhere.  This node's chain moves to the remote's (the one place a
+    local release ref moves back: those releases were never pushed, so no other node or client
+    of the remote knows them), its tags of those numbers become the remote's, and each
+    superseded release is kept twice: its commit under ``refs/reef/superseded/``, and its
+    content as a pending candidate on the new tip, for a person to review and promote.
+    """
+    repo = scenario.handle.repo
+    theirs = read_ref(scenario.path, tracking_ref(remote.name, RELEASE_REF))
+    with scenario.publish_lock:
+        mine = read_ref(scenario.path, RELEASE_REF)
+        if theirs is None or mine is None or _ancestor(repo, mine, theirs) or _ancestor(repo, theirs, mine):
+            return
+        base = repo.merge_base(mine, theirs)
+        known = None if base is None else str(base)
+        chain = scenario.releases
+        ours = [chain.release_at(commit) for commit in reversed(_new_commits(repo, mine, known))]
+        new = _new_commits(repo, theirs, known)
+        tip = chain.release_at(theirs)
+        why = _missing_checkpoints(scenario, remote, new, timeout)
+        if why is not None:
+            report.warnings.append(
+                f"the release chains diverged and {tip.name} on {remote.name} lacks its checkpoint{why}: "
+                "not adopted, the release served stays the one this node has"
+            )
+            return
+        try:
+            move_ref(scenario.path, RELEASE_REF, mine, theirs)
+        except ConflictError:
+            return  # a local publish moved the chain meanwhile: the next sync looks again
+        for release in ours:
+            create_ref_exclusive(
+                repo,
+                f"refs/reef/superseded/{release.name}-{release.commit[:12]}",
+                pygit2.Oid(hex=release.commit),
+                "sync",
+            )
+            tag = f"refs/tags/{release.name}"
+            held = repo.references.get(tag)
+            if held is not None and str(held.peel(pygit2.Commit).id) == release.commit:
+                held.delete()
+        _adopt_tags(scenario, remote, new)
+        steps = []
+        for release in ours:
+            verdict = (
+                f"pending: {release.name} was published here while {remote.name} could not be reached, "
+                f"and {remote.name} moved to {tip.name} meanwhile"
+            )
+            record = {"superseded": {"release": release.name, "commit": release.commit, "by": tip.name}}
+            made = chain.create_candidate(
+                release.tree, base=tip, verdict=verdict, ask=release.ask, record=record
+            )
+            chain.mark_pending(made.step)
+            steps.append(f"c{made.step}")
+        report.adopted = tip.name
+        names = ", ".join(release.name for release in ours)
+        report.warnings.append(
+            f"{names} were published here while {remote.name} could not be reached, and {remote.name} "
+            f"moved to {tip.name} meanwhile: this node now serves {remote.name}'s chain; what {names} "
+            f"held waits for review as pending {', '.join(steps)} (reef review, reef promote)"
+        )
 
 
 def _push_lfs(
@@ -475,6 +557,7 @@ def sync(
     report.fetched = True
     _adopt_data(scenario, config, report)
     _adopt_release(scenario, config, report, timeout)
+    _supersede(scenario, config, report, timeout)
     _push_lfs(scenario, config, report, state, timeout)
     outcomes = [
         _push_refs(scenario, config, report, timeout, progress),
@@ -582,6 +665,7 @@ class RemotePublisher:
         report = SyncReport(scenario=self.scenario.name, remote=name, url=self.remote.shown_url)
         if _fetch(self.scenario, self.remote, self.timeout, None).ok:
             _adopt_release(self.scenario, self.remote, report, self.timeout)
+            _supersede(self.scenario, self.remote, report, self.timeout)
         if report.adopted and self.on_adopt is not None:
             self.on_adopt(report.adopted)
         now = report.adopted or "a chain this node cannot follow yet"

@@ -242,7 +242,21 @@ def test_two_repositories_racing_push_release_exactly_one_wins(tmp_path: Path):
         assert read_ref(remote, RELEASE_REF) == read_ref(winner.path, RELEASE_REF)
         assert read_ref(remote, "refs/tags/v2") == read_ref(winner.path, "refs/tags/v2")
         loser = b if winner is a else a
-        assert sync(loser, "origin").outcome == "conflict"  # diverged: the loser's v2 stays local
+        lost = loser.releases.tip()
+        assert lost is not None
+        # diverged: the loser's v2 was never pushed, so the remote's chain wins there too, and
+        # the loser's v2 is kept, as a commit and as a pending candidate on the winner's v2
+        report = sync(loser, "origin")
+        assert (report.outcome, report.adopted) == ("ok", "v2")
+        assert "waits for review as pending c1" in report.warnings[0]
+        assert read_ref(loser.path, RELEASE_REF) == read_ref(remote, RELEASE_REF)
+        assert read_ref(loser.path, "refs/tags/v2") == read_ref(remote, "refs/tags/v2")
+        assert read_ref(loser.path, f"refs/reef/superseded/v2-{lost.commit[:12]}") == lost.commit
+        (pending,) = loser.releases.pending()
+        candidate = loser.releases.candidate(pending)
+        assert candidate.tree == lost.tree and candidate.base == read_ref(remote, RELEASE_REF)
+        assert candidate.record["superseded"] == {"release": "v2", "commit": lost.commit, "by": "v2"}
+        git("--git-dir", str(loser.path), "fsck", "--no-dangling")
 
 
 def _publish(scenario: Scenario, text: bytes):
@@ -304,3 +318,33 @@ def test_publishing_while_the_remote_is_down_is_local_and_pushed_by_the_next_syn
             assert tags == ["v1", "v2"]
     finally:
         server.stop()
+
+
+def test_a_release_made_while_the_remote_was_away_gives_way_to_the_one_published_there(tmp_path: Path):
+    remote = tmp_path / "remote.git"
+    init_bare(remote)
+    a, b = _open(tmp_path, "a", node="a"), _open(tmp_path, "b", node="b")
+    try:
+        for scenario in (a, b):
+            add_remote(scenario.path, "origin", str(remote))
+            scenario.releases.publisher = RemotePublisher(scenario, "origin")
+        _publish(a, b"v1\n")
+        assert sync(b, "origin").adopted == "v1"
+        remote.rename(tmp_path / "away.git")  # a cannot reach it
+        offline = _publish(a, b"a, offline\n")
+        assert a.releases.publisher.last.outcome == "unreachable" and offline.name == "v2"
+        (tmp_path / "away.git").rename(remote)
+        assert _publish(b, b"b\n").name == "v2"  # pushed: origin's v2
+        with pytest.raises(ConflictError, match="now v2"):
+            _publish(a, b"a, back\n")  # the lease fails: a takes origin's chain
+        assert a.releases.tip().commit == b.releases.tip().commit
+        assert [a.releases.candidate(n).tree for n in a.releases.pending()] == [offline.tree]
+        assert _publish(a, b"a, back\n").name == "v3"
+        assert sync(b, "origin").adopted == "v3"
+        tags = git(
+            "--git-dir", str(remote), "for-each-ref", "--format=%(refname:short) %(*objectname)", "refs/tags"
+        )
+        assert len(tags.stdout.splitlines()) == 3
+    finally:
+        a.close()
+        b.close()
