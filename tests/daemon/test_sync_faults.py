@@ -251,7 +251,9 @@ def test_remote_down_under_load_fails_no_request_and_everything_is_pushed_after(
     init_bare(root / "s.git")
     server = GitHttpServer(root).start()
     try:
-        reef = make_reef("--storage.sync-interval", "0.5")
+        # packing on, as a daemon runs: a minute of one-record commits is thousands of small
+        # packs, which the packer gathers (and a push of them all unpacked would crawl)
+        reef = make_reef("--storage.sync-interval", "0.5", "--storage.pack-every", "2000")
         assert httpx.post(f"{reef.url}/reef/scenarios", json={"name": S}, timeout=10).status_code in (
             200,
             201,
@@ -285,7 +287,7 @@ def test_remote_down_under_load_fails_no_request_and_everything_is_pushed_after(
         loading.join()
         local = Path(reef.repo(S))
         caught_up = lambda: read_ref(root / "s.git", "refs/heads/data") == read_ref(local, "refs/heads/data")  # noqa: E731
-        assert wait_for(caught_up, timeout=30)  # the loop pushed what piled up
+        assert wait_for(caught_up, timeout=120)  # the loop pushed what piled up
         answer = httpx.post(f"{reef.url}/reef/scenarios/{S}/sync", timeout=60)
         assert answer.status_code == 200 and answer.json()["remotes"][0]["outcome"] == "ok", answer.text
     finally:
