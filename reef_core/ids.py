@@ -106,25 +106,24 @@ def validate_scenario_name(value: object, *, field: str = "scenario") -> str:
     The pattern admits no ``/``, no leading dot and no ``..`` component, so a name can never
     point outside the state directory.
     """
-    if not isinstance(value, str) or _SCENARIO.match(value) is None:
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 70 else "(too long)"
-        raise InvalidInput(
-            f"{field} {shown} is not a valid scenario name: use 1-64 letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit",
-            field=field,
-        )
-    return value
+    return _checked_name(
+        value, _SCENARIO.pattern, field, "scenario name", "1-64 letters, digits, '.', '_' or '-'"
+    )
 
 
 def validate_node_name(value: object, *, field: str = "node") -> str:
     """Return ``value`` if it is a legal node name (``storage.node``), else raise
     :class:`InvalidInput`."""
-    if not isinstance(value, str) or re.fullmatch(NODE_PATTERN, value) is None:
+    return _checked_name(
+        value, NODE_PATTERN, field, "node name", "1-32 lowercase letters, digits, '_' or '-'"
+    )
+
+
+def _checked_name(value: object, pattern: str, field: str, what: str, rule: str) -> str:
+    if not isinstance(value, str) or re.fullmatch(pattern, value) is None:
         shown = repr(value) if not isinstance(value, str) or len(value) <= 70 else "(too long)"
         raise InvalidInput(
-            f"{field} {shown} is not a valid node name: use 1-32 lowercase letters, digits, '_' "
-            "or '-', starting with a letter or digit",
-            field=field,
+            f"{field} {shown} is not a valid {what}: use {rule}, starting with a letter or digit", field=field
         )
     return value
 

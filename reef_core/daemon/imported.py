@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from reef_core.daemon.inference import validate_chat
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput
 from reef_core.wire.anthropic import MessageStreamAssembler
@@ -161,20 +162,14 @@ def _tags(request: dict[str, Any], where: str) -> dict[str, str]:
 
 
 def _validate_request(request: dict[str, Any], where: str) -> None:
+    """A request checked as the live routes check it: Responses by its ``input``, else chat."""
     if "input" in request and "messages" not in request:
         if not isinstance(request["input"], (str, list)) or not request["input"]:
             raise InvalidInput(f"{where}.input must be a non-empty string or list", field=f"{where}.input")
+        if "model" in request and not isinstance(request["model"], str):
+            raise InvalidInput(f"{where}.model must be a string", field=f"{where}.model")
     else:
-        messages = request.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise InvalidInput(f"{where}.messages must be a non-empty list", field=f"{where}.messages")
-        for i, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise InvalidInput(
-                    f"{where}.messages[{i}] must be an object with a role", field=f"{where}.messages[{i}]"
-                )
-    if "model" in request and not isinstance(request["model"], str):
-        raise InvalidInput(f"{where}.model must be a string", field=f"{where}.model")
+        validate_chat(request, where=f"{where}.")
 
 
 def _route(request: dict[str, Any], response: Any) -> tuple[str, str]:

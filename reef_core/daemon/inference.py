@@ -103,7 +103,7 @@ def _validate(route: str, body: dict[str, Any], daemon: Daemon) -> None:
     elif route == "embeddings":
         _validate_embeddings(body, daemon)
     else:
-        _validate_chat(body)
+        validate_chat(body)
 
 
 def _validate_embeddings(body: dict[str, Any], daemon: Daemon) -> None:
@@ -119,17 +119,21 @@ def _validate_embeddings(body: dict[str, Any], daemon: Daemon) -> None:
         raise InvalidInput("model must be a string", field="model")
 
 
-def _validate_chat(body: dict[str, Any]) -> None:
+def validate_chat(body: dict[str, Any], *, where: str = "") -> None:
+    """A chat or Messages request's shape, as the routes check it (``where``: the prefix of
+    the field names in errors, for a request inside another body: ``records[2].payload.``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise InvalidInput("messages must be a non-empty list", field="messages")
+        raise InvalidInput(f"{where}messages must be a non-empty list", field=f"{where}messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise InvalidInput(f"messages[{i}] must be an object with a role", field=f"messages[{i}]")
+            raise InvalidInput(
+                f"{where}messages[{i}] must be an object with a role", field=f"{where}messages[{i}]"
+            )
     if "model" in body and not isinstance(body["model"], str):
-        raise InvalidInput("model must be a string", field="model")
+        raise InvalidInput(f"{where}model must be a string", field=f"{where}model")
     if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("stream must be true or false", field="stream")
+        raise InvalidInput(f"{where}stream must be true or false", field=f"{where}stream")
 
 
 # -- talking to the upstream ---------------------------------------------------------------
