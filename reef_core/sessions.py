@@ -6,8 +6,8 @@ anyone: ``x-reef-tag-session``; Claude Code: its ``x-claude-code-session-id``, s
 sharing that tag, in the order they were written.  Nothing about a session is stored twice:
 
 * its **turns** come from its records: a record whose request ends with the user's own words
-  (not a tool result) opens a turn; the records after it, up to the next such record, are the
-  agent's work on that turn (tool calls and their results);
+  (not a tool result, nor text the harness wrote) opens a turn; the records after it, up to the
+  next such record, are the agent's work on that turn (tool calls and their results);
 * its **transcript** is the conversation of its last record (each request of a chat carries the
   whole conversation so far) plus that record's answer;
 * its **score** comes from the reports whose references include its receipts (or whose
@@ -28,6 +28,7 @@ index of them).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ SESSION_TAGS = ("session", "run")
 #: the score a judge's verdict stands for
 JUDGE_SCORES = {"accept": 1.0, "correct": 0.25, "reject": 0.0}
 _NEGATIVE = 0.5
+#: the sources that are nobody's turn: the harness's instructions and what it wrote for them
+_NOT_SAID = ("system", "harness")
 _EXCERPT = 400
 
 
@@ -66,7 +69,9 @@ class Message:
 
     ``source`` says who wrote it: ``user`` (the person), ``assistant`` (the model), ``tool``
     (a tool's output: file contents, command output, fetched pages; anyone could have written
-    it) or ``system`` (the harness's instructions).
+    it), ``system`` (the harness's instructions) or ``harness`` (text the harness wrote into a
+    user-role message, not the person: reminders, attachments, command wrappers and outputs;
+    a file or a hook may have written it, so it is no more trusted than ``tool``).
     """
 
     source: str
@@ -136,7 +141,7 @@ def _openai_messages(messages: Iterable[Any]) -> list[Message]:
             text = "\n".join([t for t in [text, *_tool_calls(message.get("tool_calls"))] if t])
             out.append(Message("assistant", text))
         elif role == "user":
-            out.append(Message("user", text))
+            out.extend(_person_or_harness(text))
         elif role in ("tool", "function"):
             out.append(Message("tool", text))
         elif role in ("system", "developer"):
@@ -158,13 +163,7 @@ def _anthropic_messages(request: Mapping[str, Any]) -> list[Message]:
         elif role == "assistant":
             out.append(Message("assistant", _anthropic_blocks(content)))
         elif role == "user":
-            blocks = content if isinstance(content, list) else [content]
-            results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
-            words = [b for b in blocks if b not in results]
-            if results:
-                out.append(Message("tool", "\n".join(_text_of(b.get("content")) for b in results)))
-            if words and _text_of(words):
-                out.append(Message("user", _text_of(words)))
+            out.extend(_user_blocks(content))
     return out
 
 
@@ -181,6 +180,127 @@ def _anthropic_blocks(content: Any) -> str:
             arguments = json.dumps(block.get("input"), ensure_ascii=False)
             parts.append(f"[tool call {block.get('name')}({arguments})]")
     return "\n".join(p for p in parts if p)
+
+
+# -- what the harness wrote into user-role messages ------------------------------------------------
+#
+# Claude Code (2.1.332; tests/fixtures/claude_code_2.1.332/ holds real requests) sends a user-role
+# message as text blocks, not all of them the person's.  In its own transcript the ones it wrote
+# are ``isMeta``; in the request they are told apart by their shape:
+#
+# * ``<system-reminder>…</system-reminder>``: CLAUDE.md and rules ("Contents of …/CLAUDE.md
+#   (project instructions, checked into the codebase)"), commit attribution, todo and file notices.
+#   Hook ``additionalContext`` and the environment block come in a ``role: "system"`` message.
+# * a slash command the person typed: ``<command-message>review</command-message>
+#   <command-name>/review</command-name><command-args>src/app.py</command-args>`` (a local
+#   command writes ``<command-name>`` first).  The person typed exactly ``/review src/app.py``,
+#   so that is their words; the plain block after it is the command file's expanded prompt
+#   (``isMeta``), the harness's.  A local command adds ``<local-command-caveat>…`` before and
+#   ``<local-command-stdout>…`` after; ``!cmd`` is ``<bash-input>cmd</bash-input>``, the person's,
+#   then ``<bash-stdout>…</bash-stdout><bash-stderr>…</bash-stderr>``, the harness's.
+# * a plain block after a ``tool_result`` in the same message: what the harness attached to the
+#   result, e.g. the body of a skill the model loaded with its Skill tool.  A message the person
+#   types mid-turn is sent that way too, as Claude Code's own text ("The user sent a new message
+#   while you were working: …", read from the binary, not captured), so it is labelled harness:
+#   erring that way never lets a file's words pass for the person's.
+#
+# pi and the OpenAI-format clients write none of this; a ``<system-reminder>`` in an OpenAI-format
+# user message is still labelled harness (no person types one), the wrappers are Claude Code's only.
+
+_REMINDER = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.DOTALL)
+_COMMAND = ("<command-message>", "<command-name>")
+_SHELL = "<bash-input>"
+#: blocks the harness writes whole: a local command's caveat and output, a shell command's
+#: output, a background task's notice
+_HARNESS = (
+    "<local-command-caveat>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "<bash-exit-code>",
+    "<task-notification>",
+)
+
+
+def _tag(text: str, name: str) -> str | None:
+    found = re.search(rf"<{name}>(.*?)</{name}>", text, re.DOTALL)
+    return found.group(1).strip() if found else None
+
+
+def _typed_command(wrapper: str) -> str | None:
+    """What the person typed for a command wrapper (``/review src/app.py``), if it names one."""
+    name = _tag(wrapper, "command-name") or _tag(wrapper, "command-message")
+    if not name:
+        return None
+    name = name if name.startswith("/") else f"/{name}"
+    return f"{name} {_tag(wrapper, 'command-args') or ''}".strip()
+
+
+def _split_reminders(text: str) -> Iterator[tuple[bool, str]]:
+    """``text`` cut into (is a reminder, piece), in order; a text with none comes back whole."""
+    if "<system-reminder>" not in text:
+        yield False, text
+        return
+    at = 0
+    for found in _REMINDER.finditer(text):
+        yield False, text[at : found.start()].strip()
+        yield True, found.group().strip()
+        at = found.end()
+    yield False, text[at:].strip()
+
+
+def _person_or_harness(text: str) -> list[Message]:
+    """A user message's text (OpenAI format): its reminders are the harness's, the rest the person's."""
+    if "<system-reminder>" not in text:
+        return [Message("user", text)]  # as ever, even when empty (an image alone, say)
+    return _joined((("harness" if reminder else "user"), piece) for reminder, piece in _split_reminders(text))
+
+
+def _user_blocks(content: Any) -> list[Message]:
+    """An Anthropic user-role message, block by block and in order: tool results are ``tool``,
+    the person's words ``user``, what the harness wrote ``harness`` (see above)."""
+    pieces: list[tuple[str, str]] = []
+    after_result = False  # a tool_result came before in this message
+    expansion = False  # the piece before was a slash command's wrapper
+    for block in content if isinstance(content, list) else [content]:
+        if isinstance(block, Mapping) and block.get("type") == "tool_result":
+            pieces.append(("tool", _text_of(block.get("content"))))
+            after_result, expansion = True, False
+            continue
+        for reminder, piece in _split_reminders(_text_of([block])):
+            head = piece.lstrip()
+            if not head:
+                continue
+            if reminder:
+                pieces.append(("harness", piece))
+            elif head.startswith(_COMMAND):
+                typed = None if after_result else _typed_command(head)
+                pieces.append(("harness", piece) if typed is None else ("user", typed))
+                expansion = True
+            elif head.startswith(_SHELL):
+                pieces.append(("user", f"!{_tag(head, 'bash-input') or ''}"))
+                expansion = False
+            elif head.startswith(_HARNESS) or expansion or after_result:
+                pieces.append(("harness", piece))
+                expansion = False
+            else:
+                pieces.append(("user", piece))
+    return _joined(pieces)
+
+
+def _joined(pieces: Iterable[tuple[str, str]]) -> list[Message]:
+    """Messages from (source, text) pieces: runs of one source joined by newlines, empty text left
+    out (a tool's output is kept even when empty: the call was answered)."""
+    out: list[Message] = []
+    for source, text in pieces:
+        if not text.strip() and source != "tool":
+            continue
+        if out and out[-1].source == source:
+            out[-1] = Message(source, f"{out[-1].text}\n{text}")
+        else:
+            out.append(Message(source, text))
+    return out
 
 
 def request_messages(record: Mapping[str, Any]) -> list[Message]:
@@ -229,8 +349,9 @@ def conversation(record: Mapping[str, Any]) -> list[Message]:
 
 
 def opens_turn(record: Mapping[str, Any]) -> bool:
-    """Whether the record's request ends with the user's own words (not a tool's output)."""
-    messages = [m for m in request_messages(record) if m.source != "system"]
+    """Whether the record's request ends with the user's own words (not a tool's output): the
+    last message that is neither ``system`` nor ``harness`` is the person's."""
+    messages = [m for m in request_messages(record) if m.source not in _NOT_SAID]
     return bool(messages) and messages[-1].source == "user"
 
 
