@@ -172,8 +172,11 @@ class PiRenderer:
             "baseUrl": f"{target.reef_url}/v1" if openai else target.reef_url,
             "apiKey": _from_env("REEF_API_KEY"),
             "headers": {
-                name: _from_env(value)
-                for name, value in {"x-reef-scenario": "REEF_SCENARIO", **target.headers}.items()
+                **{
+                    name: _from_env(value)
+                    for name, value in {"x-reef-scenario": "REEF_SCENARIO", **target.headers}.items()
+                },
+                "x-reef-harness": "pi",  # a literal: the record says pi sent it (replay renders it so)
             },
             "compat": dict(_COMPAT),
             "models": [model],

@@ -95,6 +95,10 @@ class GrpoRecipe(Recipe):
     consumes = frozenset({"record", "report"})
     detachable = False  # the scored samples waiting for a step are held in memory
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        GrpoConfig.from_config(config)
+
     def __init__(self, context: RecipeContext) -> None:
         super().__init__(context)
         if context.engine is None or not getattr(context.engine, "trainable", True):

@@ -18,7 +18,7 @@ What keeps the rules small and safe, all deterministic:
 * **a size budget per rules file**: rules are sent with every request, so an add that would
   take a file past the budget is refused (remove or shorten something first);
 * **risky text waits for a person**: an edit that tells the agent to run a command line, reach
-  a host or URL, or read credentials is never published by itself (see :func:`risks`).
+  a host or URL, or read credentials is never published by itself (``risks.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ __all__ = [
     "EditError",
     "apply_edits",
     "bullets",
-    "risks",
     "similar",
 ]
 
@@ -157,7 +156,9 @@ def apply_edits(
                     )
                 else:
                     rule = edit.name or LEARNED_RULE
-                    bullet_id = _next_id(tree, new_ids)
+                    taken = new_ids | {i for lines in rules.values() for i, _ in lines}
+                    # a rebuilt step keeps its bullet's id where the new tip leaves it free
+                    bullet_id = edit.id if edit.id and edit.id not in taken else _next_id(tree, new_ids)
                     new_ids.add(bullet_id)
                     rules.setdefault(rule, []).append((bullet_id, text))
                     texts.setdefault(rule, "")
@@ -214,41 +215,3 @@ def apply_edits(
         return tree.apply(changes), applied
     except TreeError as exc:
         raise EditError(exc.message) from exc
-
-
-# -- what must wait for a person ------------------------------------------------------------------
-
-_RISKS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("reaches a URL", re.compile(r"\b(?:https?|ftp|wss?)://", re.I)),
-    ("pipes into a shell", re.compile(r"\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b", re.I)),
-    (
-        "runs a network or remote tool",
-        re.compile(r"\b(?:curl|wget|nc|ncat|netcat|ssh|scp|rsync|telnet|ftp|socat)\b", re.I),
-    ),
-    (
-        "reaches a host",
-        re.compile(
-            r"\b(?:\d{1,3}\.){3}\d{1,3}\b|\b[a-z0-9-]+\.(?:com|net|org|io|dev|sh|ru|cn|xyz|me|co)\b", re.I
-        ),
-    ),
-    (
-        "reads credentials",
-        re.compile(
-            r"~/\.(?:ssh|aws|netrc|config/gh|docker)|\bid_(?:rsa|ed25519)\b|\.env\b|\b(?:api[_ -]?keys?|"
-            r"passwords?|secrets?|credentials?|access[_ -]?tokens?|private[_ -]?keys?)\b",
-            re.I,
-        ),
-    ),
-    (
-        "runs a command line",
-        re.compile(
-            r"`[^`]*\b(?:sudo|rm|chmod|chown|eval|exec|bash|sh|python3?|node|npx|pip3?|npm|git\s+push|dd|mkfs)\b[^`]*`",
-            re.I,
-        ),
-    ),
-)
-
-
-def risks(text: str) -> list[str]:
-    """What in ``text`` a person must see before it is published (empty: nothing)."""
-    return [name for name, pattern in _RISKS if pattern.search(text)]

@@ -36,6 +36,7 @@ moved (a rollback, another step) is rebuilt by re-applying it to the new tip.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -46,15 +47,15 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from adapters.claude_code.render import skipped as skipped_by_claude
-from recipes.reefine import replay, usage
+from recipes.reefine import replay, spending, usage
 from recipes.reefine.agent import AgentProposer, agent_available
 from recipes.reefine.health import find_pi, run_health
 from recipes.reefine.health_claude import claude_routing, find_claude, missing_claude, run_claude_health
 from recipes.reefine.judge import judge_turn
-from recipes.reefine.playbook import EditError, apply_edits, bullets
+from recipes.reefine.playbook import Edit, EditError, apply_edits, bullets
 from recipes.reefine.proposer import Proposer, StepSkipped
 from recipes.reefine.structured import Unusable, ask_json, schema
-from reef_core.errors import ConfigError, ReefError
+from reef_core.errors import ConfigError, ConflictError, ReefError
 from reef_core.harness import (
     ADAPTERS,
     Change,
@@ -69,6 +70,7 @@ from reef_core.harness import (
 from reef_core.harness.diff import diff_text
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
 from reef_core.learning.model import CountingModel
+from reef_core.release.listing import step_of_source
 from reef_core.release.screens import screen_files
 from reef_core.sessions import request_messages
 from reef_core.store import Release, Scenario, ScenarioReader, build_tree
@@ -116,7 +118,7 @@ class ReefineConfig:
     max_edits: int = 4  # delta edits per usage step; more is a rewrite, refused
     rules_budget: int = 2000  # characters of one rules file (rules go with every request)
     replay_asks: bool = False  # the replay gate also applies to asks
-    replay_confidence: float = 0.9  # the one-sided sign test's confidence
+    replay_confidence: float = 0.9  # 1 - the error budget all of a learner's replay gates share
     replay_max_calls: int = 40  # model calls of one replay gate (4 per held-out session)
 
     @classmethod
@@ -144,9 +146,10 @@ class ReefineConfig:
             raise ConfigError(
                 "recipe.config.held-out-share must be from 0 to below 1", field="recipe.config.held-out-share"
             )
-        if not 0.5 <= made.replay_confidence < 1:
+        if not 0.8 <= made.replay_confidence < 1:
             raise ConfigError(
-                "recipe.config.replay-confidence must be from 0.5 to below 1",
+                "recipe.config.replay-confidence must be from 0.8 to below 1 (below 0.8, a few lucky "
+                "wins would publish a candidate that is no better)",
                 field="recipe.config.replay-confidence",
             )
         for name in (
@@ -195,6 +198,10 @@ class ReefineRecipe(Recipe):
     name = "reefine"
     consumes = frozenset({"ask", "report", "record"})
     needs_model_endpoint = True
+
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        ReefineConfig.from_config(config)
 
     def __init__(self, context: RecipeContext) -> None:
         super().__init__(context)
@@ -447,9 +454,14 @@ class ReefineRecipe(Recipe):
             )
         except EditError as exc:
             raise skipped(f"refused: {exc}") from None
+        taught = usage.taught_bullets(base_tree, self._published_records(scenario))
         for edit in applied:
-            entry = edit.to_json()
-            reasons = usage.hold_reasons(edit, did.lessons)
+            entry = {
+                **edit.to_json(),
+                "supported": usage.edit_supported(edit, did.lessons, current),
+                **_before(base_tree, current, edit),
+            }
+            reasons = usage.hold_reasons(edit, did.lessons, taught=taught, current=current)
             if reasons:
                 did.held.append({**entry, "why_held": reasons, "evidence": _evidence(edit, did.lessons)})
             did.edits.append(entry)
@@ -481,6 +493,13 @@ class ReefineRecipe(Recipe):
             payload=model,
             needs_approval=bool(did.held) or needs_approval(base_tree, tree),
         )
+
+    @staticmethod
+    def _published_records(scenario: Scenario) -> list[dict[str, Any]]:
+        """The step records of the releases on the chain, oldest first."""
+        chain = scenario.releases
+        steps = sorted({s for r in chain if (s := step_of_source(r.source)) is not None})
+        return [chain.candidate(step).record for step in steps]
 
     def _book_step(self, batch: Batch, did: usage.Stepped) -> None:
         assert self._book is not None
@@ -701,14 +720,19 @@ class ReefineRecipe(Recipe):
         )
 
     def _replay(self, scenario: Scenario, work: _Work) -> CheckResult:
-        """The replay gate on held-out sessions (``replay.py``); the table goes to the step record."""
+        """The replay gate on held-out sessions (``replay.py``) at this gate's level of the
+        error budget (``spending.py``, counted from the earlier steps' records); the table goes
+        to the step record."""
         assert self.context.model is not None
-        cases, served = self._replay_cases(scenario)
+        history, replayed = _gate_history(scenario.releases.candidates())
+        index, level = spending.level(history, 1 - self.config.replay_confidence)
+        cases, served = self._replay_cases(scenario, replayed)
         base = HarnessTree.from_files(work.base_files) if work.base_files else HarnessTree.empty()
         sides = {"current": base, "candidate": work.tree}
 
         def render(case: replay.ReplayCase, side: str) -> str:
-            return self.renderer.prompt_context(case.system, served.get(case.session), sides[side])
+            renderer = self._renderer(case.harness or self.config.adapter)
+            return renderer.prompt_context(case.system, served.get(case.session), sides[side])
 
         model = CountingModel(self.context.model, self.config.replay_max_calls + 8)
         passed, detail, table = replay.gate(
@@ -716,22 +740,29 @@ class ReefineRecipe(Recipe):
             cases,
             render=render,
             confidence=self.config.replay_confidence,
+            level=level,
             max_calls=self.config.replay_max_calls,
             retries=1,
         )
+        table.update(passed=passed, test_index=index if table["tested"] else None)
         metrics = {"model_calls": float(model.calls), "wins": table["wins"], "losses": table["losses"]}
         return CheckResult("replay", passed, detail, metrics, data=table)
 
     def _replay_cases(
-        self, scenario: Scenario
+        self,
+        scenario: Scenario,
+        replayed: set[str] = frozenset(),  # type: ignore[assignment]
     ) -> tuple[list[replay.ReplayCase], dict[str, HarnessTree | None]]:
-        """The held-out sessions' opening tasks, those with negative feedback and the newest first."""
+        """The held-out sessions' opening tasks: fresh ones first (no passing gate replayed them),
+        then those with negative feedback, then the newest."""
         held = [
             k
             for k in self.sessions.sessions.values()
             if k.first and k.view().score is not None and usage.held_out(k.id, self.config.held_out_share)
         ]
-        held.sort(key=lambda k: (not k.view().negative, -(int(k.last[4:], 16) if k.last else 0)))
+        held.sort(
+            key=lambda k: (k.id in replayed, not k.view().negative, -(int(k.last[4:], 16) if k.last else 0))
+        )
         cases, served = [], {}
         for known in held[: max(1, self.config.replay_max_calls // replay.CALLS_PER_SESSION)]:
             assert known.first is not None
@@ -743,7 +774,7 @@ class ReefineRecipe(Recipe):
             system = "\n\n".join(m.text for m in messages if m.source == "system")
             task: list[dict[str, str]] = []
             for message in messages:
-                if message.source == "system":
+                if message.source in ("system", "harness"):  # the harness's reminders carry its rules
                     continue
                 task.append(
                     {
@@ -765,12 +796,20 @@ class ReefineRecipe(Recipe):
                 wanted = f"The person scored how the agent handled it {view.score:.2f} (0 = bad, 1 = good)."
             release = record.get("release") if isinstance(record.get("release"), str) else None
             served[known.id] = self._served(scenario, release)
-            cases.append(replay.ReplayCase(known.id, system, task, wanted[:1500]))
+            sent_by = record.get("harness")
+            harness = sent_by if sent_by in ADAPTERS else self.config.adapter  # unknown: the configured one
+            cases.append(
+                replay.ReplayCase(
+                    known.id, system, task, wanted[:1500], harness=harness, fresh=known.id not in replayed
+                )
+            )
         return cases, served
 
     # -- the chain moved: the same changes on the new tip ---------------------------------------
 
     def rebase(self, scenario: Scenario, record: dict[str, Any], new_base: Release) -> str | None:
+        if record.get("learned_from") == "usage":
+            return self._rebase_usage(scenario, record, new_base)
         raw = record.get("changes")
         ask = record.get("ask")
         if not isinstance(raw, list) or not isinstance(ask, str):
@@ -786,6 +825,99 @@ class ReefineRecipe(Recipe):
         verdict = str(record.get("self_review", {}).get("verdict", "delivers"))
         learned = {"kind": "usage"} if record.get("learned_from") == "usage" else {"kind": "ask"}
         return str(build_tree(scenario.handle.repo, self._stamp(tree, base, ask, verdict, learned).files()))
+
+    def _rebase_usage(self, scenario: Scenario, record: dict[str, Any], new_base: Release) -> str:
+        """A usage step rebuilt on ``new_base`` by its delta edits, not its whole files: each add
+        is made again (keeping its bullet id where it is free), each edit or removal only if what
+        it changed is still as it was on the step's base.  Anything else is a conflict, raised
+        naming what changed, so a concurrent change (another node's bullets, a person's rollback)
+        is never reverted by a rebuild."""
+        base = HarnessTree.from_files(scenario.releases.files(new_base))
+        current = bullets(base)
+        edits: list[Edit] = []
+        added: set[str] = set()  # bullets the step itself adds: its later edits of them need no check
+        for entry in (record.get("usage") or {}).get("edits") or []:
+            edits.append(_replayed(entry, base, current, new_base.name, added))
+            if entry.get("op") == "add" and entry.get("target") == "rule" and entry.get("id"):
+                added.add(str(entry["id"]))
+        if not edits:
+            raise ConflictError("the step's record holds no delta edits to rebuild it from")
+        used = (self._book.ids if self._book else set()) | set(current)
+        try:
+            tree, applied = apply_edits(base, edits, budget=self.config.rules_budget, used_ids=used)
+        except EditError as exc:
+            raise ConflictError(f"its edits no longer apply on {new_base.name}: {exc}") from None
+        for wanted, done in zip(edits, applied, strict=True):
+            if wanted.op == "add" and done.op != "add":
+                raise ConflictError(
+                    f"its new rule {wanted.text[:80]!r} is now a near-duplicate of {done.id} on "
+                    f"{new_base.name}, which it would overwrite"
+                )
+        summary = str(record.get("ask") or "learned from usage")
+        learned = {"kind": "usage"}
+        return str(
+            build_tree(scenario.handle.repo, self._stamp(tree, base, summary, "delivers", learned).files())
+        )
+
+
+def _gate_history(candidates: list[Any]) -> tuple[list[spending.Spent], set[str]]:
+    """The replay gates that ran a test, oldest first (``spending.Spent``), from the step records,
+    and the held-out sessions a passing gate replayed (they are no longer fresh evidence)."""
+    history: list[spending.Spent] = []
+    replayed: set[str] = set()
+    for candidate in sorted(candidates, key=lambda c: c.step):
+        for check in candidate.record.get("checks") or []:
+            data = check.get("data") if check.get("name") == "replay" else None
+            if (
+                not isinstance(data, dict)
+                or not data.get("tested")
+                or not isinstance(data.get("level"), float)
+            ):
+                continue
+            history.append(spending.Spent(len(history) + 1, data["level"], bool(data.get("passed"))))
+            if data.get("passed"):
+                replayed.update(str(row.get("session")) for row in data.get("table") or [])
+    return history, replayed
+
+
+def _replayed(
+    entry: dict[str, Any], base: HarnessTree, current: dict[str, Any], tip: str, added: set[str]
+) -> Edit:
+    """One recorded delta edit as an edit of the tree ``base`` (release ``tip``), or a
+    :class:`ConflictError` naming what changed under it (``added``: bullets the step added
+    before this edit)."""
+    op, target = str(entry.get("op")), str(entry.get("target"))
+    text = str(entry.get("text") or "")
+    if target == "rule":
+        bullet_id = str(entry.get("id") or "")
+        if op == "add":
+            return Edit("add", "rule", text, id=bullet_id or None, name=entry.get("name"))
+        if bullet_id in added:
+            return Edit(op, "rule", text, id=bullet_id)
+        bullet = current.get(bullet_id)
+        if bullet is None:
+            raise ConflictError(f"rule {bullet_id} that it {_verb(op)} is no longer in the rules of {tip}")
+        if "before" in entry and bullet.text != entry["before"]:
+            raise ConflictError(
+                f"rule {bullet_id} that it {_verb(op)} changed meanwhile: it was {entry['before'][:120]!r}, "
+                f"on {tip} it reads {bullet.text[:120]!r}"
+            )
+        return Edit(op, "rule", text, id=bullet_id)
+    name = str(entry.get("name") or "")
+    existing = base.get(target, name)
+    if op == "add" and existing is not None:
+        raise ConflictError(f"the {target} {name!r} it adds exists on {tip} already")
+    if op != "add":
+        if existing is None:
+            raise ConflictError(f"the {target} {name!r} that it {_verb(op)} is no longer on {tip}")
+        sha = hashlib.sha256(existing.content.encode()).hexdigest()
+        if entry.get("before_sha256") not in (None, sha):
+            raise ConflictError(f"the {target} {name!r} that it {_verb(op)} changed meanwhile on {tip}")
+    return Edit(op, target, text, name=name)
+
+
+def _verb(op: str) -> str:
+    return {"edit": "edits", "remove": "removes"}.get(op, "adds")
 
 
 def step_adapters(record: dict[str, Any]) -> list[str]:
@@ -813,6 +945,18 @@ def _lessons_text(record: dict[str, Any]) -> str:
         if e.get("op") == "remove"
     ]
     return "\n".join(lines + removed)
+
+
+def _before(tree: HarnessTree, current: dict[str, Any], edit: Any) -> dict[str, Any]:
+    """What an edit or removal changed, as it was on its base: a rebuild on a newer tip checks
+    that it is still so (``rebase``)."""
+    if edit.op == "add":
+        return {}
+    if edit.target == "rule":
+        bullet = current.get(edit.id)
+        return {"before": bullet.text} if bullet else {}
+    entry = tree.get(edit.target, edit.name) if edit.name else None
+    return {"before_sha256": hashlib.sha256(entry.content.encode()).hexdigest()} if entry else {}
 
 
 def _evidence(edit: Any, lessons: list[usage.Lesson]) -> list[dict[str, str]]:

@@ -9,9 +9,12 @@ when both orders prefer it, loses when both prefer the current tree, and ties ot
 (position-inconsistent verdicts count as ties, FastChat's rule).
 
 It passes only with a significant win: a one-sided sign test over the decisive sessions,
-``p = P(X >= wins | Bin(wins + losses, 1/2)) <= 1 - confidence``.  Each session costs four calls
-(two answers, two verdicts), so ``max_calls`` bounds the sessions; fewer held-out sessions than
-an all-wins result would need to pass, or a tie, is "not enough evidence".  A judge that errs or
+``p = P(X >= wins | Bin(wins + losses, 1/2)) <= level``, where ``level`` is this gate's share of
+``1 - confidence`` (``spending.py``: the gates of a learner together pass a candidate that is
+no better at most ``1 - confidence`` of the time, however many steps it makes).  Each session
+costs four calls (two answers, two verdicts), so ``max_calls`` bounds the sessions; fewer
+held-out sessions than an all-wins result would need to pass at ``level`` is "not enough
+evidence" and runs no test (it spends nothing); so is a tie.  A judge that errs or
 answers unusably rejects the candidate (the gate fails closed).  One model call per answer,
 without tools: the replay asks what the agent would say first, not what a whole agent run does.
 """
@@ -24,10 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from recipes.reefine.spending import sessions_needed
 from recipes.reefine.structured import ask_json, schema
 from reef_core.learning.model import ModelCaller
 
-__all__ = ["ReplayCase", "gate", "min_sessions", "sign_test"]
+__all__ = ["ReplayCase", "gate", "sign_test"]
 
 CALLS_PER_SESSION = 4
 _ANSWER_CHARS = 3000
@@ -47,6 +51,8 @@ class ReplayCase:
     system: str  # the recorded system prompt (may be empty)
     task: list[dict[str, str]]  # the opening messages, up to the person's first one
     wanted: str  # what the session's feedback said, for the judge
+    harness: str = ""  # the adapter whose renderer puts a side's tree in its system prompt
+    fresh: bool = True  # no earlier passing gate replayed it
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -55,11 +61,6 @@ def sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
-
-
-def min_sessions(confidence: float) -> int:
-    """The fewest decisive sessions with which an all-wins result passes at ``confidence``."""
-    return max(1, math.ceil(math.log(1 - confidence) / math.log(0.5) - 1e-9))
 
 
 def _verdict(model: ModelCaller, case: ReplayCase, first: str, second: str, retries: int) -> tuple[str, str]:
@@ -95,14 +96,17 @@ def gate(
     *,
     render: Callable[[ReplayCase, str], str],
     confidence: float,
+    level: float,
     max_calls: int,
     retries: int = 1,
     max_tokens: int = 1024,
 ) -> tuple[bool, str, dict[str, Any]]:
     """Replay ``cases``; returns (passed, detail, the replay table and counts).
 
-    ``render(case, side)`` is the system prompt of ``case`` for ``side`` ("current" or "candidate")."""
-    needed = min_sessions(confidence)
+    ``render(case, side)`` is the system prompt of ``case`` for ``side`` ("current" or "candidate").
+    ``level``: the sign test's level for this gate (``spending.level``); the table's ``tested``
+    says whether a test ran (and so spent it)."""
+    needed = sessions_needed(level)
     fit = min(len(cases), max_calls // CALLS_PER_SESSION)
     table: list[dict[str, Any]] = []
     summary: dict[str, Any] = {
@@ -113,15 +117,20 @@ def gate(
         "ties": 0,
         "p_value": None,
         "confidence": confidence,
+        "level": level,
         "needed": needed,
+        "tested": False,
+        "fresh": sum(1 for case in cases[:fit] if case.fresh),
         "table": table,
     }
     if fit < needed:
         why = (
             f"not enough evidence: {len(cases)} held-out session(s), {fit} within replay-max-calls "
-            f"{max_calls}; at least {needed} are needed at confidence {confidence:g}"
+            f"{max_calls}; at least {needed} are needed at this gate's level {level:.4g} "
+            f"(confidence {confidence:g})"
         )
         return False, why, summary
+    summary["tested"] = True
     for case in cases[:fit]:
         answers = {}
         for side in ("current", "candidate"):
@@ -147,6 +156,8 @@ def gate(
                     {"order": "candidate first", "prefers": prefers["b"], "reason": order_b[1]},
                 ],
                 "result": result,
+                "fresh": case.fresh,
+                "harness": case.harness,
             }
         )
     wins, losses, ties = summary["wins"], summary["losses"], summary["ties"]
@@ -156,9 +167,13 @@ def gate(
     counts = f"{wins} win(s), {losses} loss(es), {ties} tie(s) over {len(table)} held-out session(s)"
     if wins + losses < needed:
         return False, f"not enough evidence: {counts}; at least {needed} decisive are needed", summary
-    if wins > losses and p <= 1 - confidence:
-        return True, f"the candidate wins: {counts}, sign test p = {p:.3f} <= {1 - confidence:.3f}", summary
-    return False, f"the candidate does not win significantly: {counts}, sign test p = {p:.3f}", summary
+    if wins > losses and p <= level:
+        return True, f"the candidate wins: {counts}, sign test p = {p:.4f} <= {level:.4g}", summary
+    return (
+        False,
+        f"the candidate does not win significantly: {counts}, sign test p = {p:.4f} > {level:.4g}",
+        summary,
+    )
 
 
 def _task_text(case: ReplayCase) -> str:

@@ -8,17 +8,22 @@ A usage step (ACE's reflector → curator, with SkillClaw's "skip is the default
    learned from, only replayed by the gate (``replay.py``);
 2. **reflect**: per session, one model call names concrete lessons (what went wrong, what to do
    instead, quoted evidence) and tags the rules the session shows helped or hurt.  The
-   transcript is untrusted data: tool output, files and pages may say anything, so each quote
-   is looked up in the session and labelled by where it really is (``user``: the person's
-   messages; ``feedback``: the person's reports; ``tool``: tool output and the agent's own
-   words), whatever the model claimed.  A lesson whose quotes are nowhere in the session is
-   dropped, and so is one the screens refuse;
+   transcript is untrusted data: tool output, files, pages and the harness's own reminders may
+   say anything, so each quote is looked up in the session and labelled by the least trusted
+   place it really is (``evidence.py``: ``user`` and ``feedback`` are the person's; ``tool``,
+   ``agent`` and ``harness`` are not), whatever the model claimed.  A lesson is *trusted* only
+   when phrases of the person's own words carry every content word of its instruction.  A lesson
+   whose quotes are nowhere in the session is dropped, and so is one the screens refuse;
 3. **curate**: one call turns the lessons into delta edits (``playbook.py``): add / edit /
    remove one bullet, skill or command.  An answer with more than ``max-edits`` edits, or one
    that edits or removes every bullet, is a rewrite and is refused.  A bullet whose harmful
-   count (summed from every step's reflections) dominates its helpful count is removed;
-4. an edit whose evidence is only tool output, or whose text runs a command line, reaches a
-   host or reads credentials, makes the candidate wait for a person (its evidence on the page).
+   count (summed from the reflections of sessions a person scored) dominates its helpful count
+   is removed;
+4. an edit the person's words do not carry (its text goes beyond the trusted phrases of the
+   lessons it cites), one whose text names a risky action (``risks.py``: a command line, a
+   host, credentials, in prose or in markup), and a removal or edit of a rule the person taught
+   that their words do not ask for, make the candidate wait for a person (``hold_reasons``;
+   the evidence, labelled, on the page).
 
 The step record keeps the sessions and reports used, the lessons with their evidence, the
 edits (applied, dropped, merged) and why.
@@ -32,7 +37,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipes.reefine.playbook import Bullet, Edit, bullets, risks
+from recipes.reefine import evidence
+from recipes.reefine.evidence import TRUSTED
+from recipes.reefine.playbook import Bullet, Edit, bullets
+from recipes.reefine.risks import risks
 from recipes.reefine.structured import ask_json, schema
 from reef_core.errors import ReefError
 from reef_core.harness import HarnessTree
@@ -60,7 +68,6 @@ __all__ = [
     "reflect",
 ]
 
-TRUSTED = frozenset({"user", "feedback"})
 _CLIP = 1500  # characters of one message the reflector sees
 _TRANSCRIPT = 12000  # characters of one transcript (the newest part is kept)
 _MAX_LESSONS = 3
@@ -157,7 +164,7 @@ class SessionIndex:
         self.owner[item.id] = name
         if previous is None or not opens_turn(item.data):
             return None
-        messages = [m for m in request_messages(item.data) if m.source != "system"]
+        messages = [m for m in request_messages(item.data) if m.source not in ("system", "harness")]
         answers = [m for m in messages[:-1] if m.source == "assistant"]
         if not answers:
             return None
@@ -215,6 +222,8 @@ class Ledger:
             return
         self.consumed.update(r for r in record.get("batch", {}).get("items", []) if r.startswith("rep_"))
         for tag in usage.get("rule_tags") or []:
+            if tag.get("tag") == "harmful" and tag.get("scored_by") != "person":
+                continue  # a harmful tag counts only from a session a person scored
             counts = self.helpful if tag.get("tag") == "helpful" else self.harmful
             if tag.get("tag") in ("helpful", "harmful"):
                 counts[tag["id"]] = counts.get(tag["id"], 0) + 1
@@ -303,16 +312,35 @@ class Lesson:
         return {e["source"] for e in self.evidence}
 
     @property
+    def person_phrases(self) -> list[str]:
+        """Its quotes that are the person's words and long enough to vouch (``evidence.py``)."""
+        return [
+            e["quote"] for e in self.evidence if e["source"] in TRUSTED and evidence.is_phrase(e["quote"])
+        ]
+
+    @property
+    def unsupported(self) -> list[str]:
+        """The words of its instruction the person's phrases do not carry (empty: supported)."""
+        return evidence.unsupported(self.instead, self.person_phrases) or (
+            [] if evidence.content(self.instead) else ["(no content)"]
+        )
+
+    @property
     def trusted(self) -> bool:
-        return bool(self.sources & TRUSTED)
+        """The person's own words support its instruction: every content word of it is in
+        phrases the person wrote (``evidence.supported``); a quote merely found there is not enough."""
+        return evidence.supported(self.instead, self.person_phrases)
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "session": self.session,
             "went_wrong": self.went_wrong,
             "instead": self.instead,
             "evidence": self.evidence,
+            "trusted": self.trusted,
         }
+        if not self.trusted:
+            out["unsupported_words"] = self.unsupported[:12]
         if self.dropped:
             out["dropped"] = self.dropped
         return out
@@ -327,6 +355,13 @@ class Material:
     feedback: list[str]  # the person's feedback texts
     next_messages: list[str]  # the person's messages the judge read (corrections, thanks)
     served: HarnessTree | None  # the release that served the session's last record
+
+    def places(self) -> list[tuple[str, list[str]]]:
+        """Every text of the session with its place (``evidence.RANK``), as word lists."""
+        labels = {"user": "user", "assistant": "agent", "tool": "tool", "harness": "harness"}
+        found = [("feedback", evidence.words(text)) for text in self.feedback]
+        found += [(labels.get(m.source, "tool"), evidence.words(m.text)) for m in self.messages]
+        return found
 
     def quoted(self) -> str:
         shown = [{"source": m.source, "text": _clip(m.text)} for m in self.messages]
@@ -367,24 +402,15 @@ def material(scenario: Scenario, known: Known, trees: Callable[[str | None], Har
     return Material(view, messages, view.feedback, next_messages, trees(release))
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.lower().replace("\u2026", " ").split()).strip(" .\"'`")
-
-
 def locate(quote: str, stuff: Material) -> str | None:
-    """Where ``quote`` really is in the session: ``user``, ``feedback`` or ``tool`` (None: nowhere).
-
-    The person's words win over tool output (a person may paste output and say "this")."""
-    wanted = _norm(quote)
-    if len(wanted) < 3:
+    """Where ``quote`` really is in the session (``user``, ``feedback``, ``agent``, ``harness``,
+    ``tool``), or None when it is nowhere.  A quote found in several places takes the first of
+    them in ``evidence.RANK``: tool output wins over the person's message that pasted it, and
+    over feedback copied from it; the person's words win over the agent echoing them."""
+    wanted = evidence.words(quote)
+    if not wanted:
         return None
-    places = [("feedback", t) for t in stuff.feedback]
-    places += [("user" if m.source == "user" else "tool", m.text) for m in stuff.messages]
-    found = {where for where, text in places if wanted in _norm(text)}
-    for where in ("user", "feedback", "tool"):
-        if where in found:
-            return where
-    return None
+    return evidence.least_trusted(where for where, text in stuff.places() if evidence.occurs(wanted, text))
 
 
 def reflect(
@@ -452,7 +478,8 @@ def reflect(
         elif not any(e["source"] != "none" for e in evidence):
             lesson.dropped = "none of its quotes is in the session"
         lessons.append(lesson)
-    return lessons, [{**t, "session": stuff.session.id} for t in tags]
+    scored_by = "person" if stuff.session.explicit else "judge"
+    return lessons, [{**t, "session": stuff.session.id, "scored_by": scored_by} for t in tags]
 
 
 # -- curate -----------------------------------------------------------------------------------------
@@ -531,7 +558,13 @@ def curate(
         if e.kind in ("skill", "command") and not e.reserved
     ]
     numbered = [
-        {"n": i, "went_wrong": les.went_wrong, "instead": les.instead, "evidence_from": sorted(les.sources)}
+        {
+            "n": i,
+            "went_wrong": les.went_wrong,
+            "instead": les.instead,
+            "evidence_from": sorted(les.sources),
+            "the_persons_words_support_it": les.trusted,
+        }
         for i, les in enumerate(lessons)
     ]
     prompt = (
@@ -618,15 +651,88 @@ def harmful_removals(tree: HarnessTree, book: Ledger, edits: list[Edit]) -> list
     return out
 
 
-def hold_reasons(edit: Edit, lessons: list[Lesson]) -> list[str]:
-    """Why ``edit`` must wait for a person (empty: it may be published by itself)."""
+#: words by which the person asks for a rule to go (a removal of a taught rule needs one of them)
+_AGAINST = frozenset(
+    evidence.content("never not no dont stop skip avoid remove drop delete forget ignore instead longer")
+)
+
+
+def edit_supported(edit: Edit, lessons: list[Lesson], current: dict[str, Bullet]) -> bool:
+    """Whether the person's own words carry ``edit`` (its lessons' trusted phrases, ``evidence``):
+    an add or edit when every content word of its text is in them; a removal when they name the
+    rule's content together with a word asking for it to go ("stop", "never", "remove"…)."""
+    cited = [lessons[i] for i in edit.lessons if i < len(lessons)]
+    phrases = [q for les in cited if les.trusted for q in les.person_phrases]
+    if not phrases:
+        return False
+    if edit.op != "remove":
+        return evidence.supported(edit.text, phrases)
+    bullet = current.get(edit.id or "") if edit.target == "rule" else None
+    said = set().union(*(evidence.content(q) for q in phrases))
+    about = evidence.content(bullet.text) if bullet else evidence.content(edit.name or "")
+    return bool(about) and about <= said and bool(said & _AGAINST)
+
+
+def hold_reasons(
+    edit: Edit, lessons: list[Lesson], *, taught: set[str], current: dict[str, Bullet]
+) -> list[str]:
+    """Why ``edit`` must wait for a person (empty: it may be published by itself).
+
+    * its text names a risky action (``risks.py``), whatever its evidence;
+    * an add or edit whose text the person's words do not carry (``edit_supported``): its only
+      evidence is tool output, or it cites untrusted lessons, or its words go beyond theirs;
+    * a removal or edit of a rule the person taught (``taught``: bullets whose own evidence was
+      the person's words) that the person's words do not ask for."""
     reasons = []
+    cited = [lessons[i] for i in edit.lessons if i < len(lessons)]
+    supported = edit_supported(edit, lessons, current)
     if edit.op != "remove":
         reasons += [f"its text {r}" for r in risks(edit.text)]
-        cited = [lessons[i] for i in edit.lessons]
-        if cited and not any(les.trusted for les in cited):
-            reasons.append("its only evidence is tool output or file content, not the person's words")
+        if not supported:
+            quoted = [q for les in cited for q in les.person_phrases]
+            if not any(les.trusted for les in cited) and quoted:
+                missing = evidence.unsupported(edit.text, quoted)
+                reasons.append(
+                    "the person's words it quotes do not carry it: "
+                    + (", ".join(missing[:8]) or "they share nothing with it")
+                )
+            elif not any(les.trusted for les in cited):
+                reasons.append("its only evidence is tool output or file content, not the person's words")
+            else:
+                phrases = [q for les in cited if les.trusted for q in les.person_phrases]
+                missing = evidence.unsupported(edit.text, phrases)
+                untrusted = (
+                    " (it also cites lessons the person's words do not support)"
+                    if not all(les.trusted for les in cited)
+                    else ""
+                )
+                reasons.append(
+                    f"the person's words do not carry its text: {', '.join(missing[:8]) or 'no content'}"
+                    + untrusted
+                )
+    if edit.target == "rule" and edit.op in ("edit", "remove") and edit.id in taught and not supported:
+        what = "removes" if edit.op == "remove" else "changes"
+        reasons.append(
+            f"it {what} {edit.id}, a rule the person taught, and the person's words do not ask for that"
+        )
     return reasons
+
+
+def taught_bullets(tree: HarnessTree, published: Iterable[dict[str, Any]]) -> set[str]:
+    """The bullets of ``tree`` the person taught: all of them, except those whose last add or edit
+    was a usage edit the person's words did not carry (``supported: false`` in the record of a
+    published step, as when a person approved a lesson from tool output).  ``published``: the
+    records of published steps, oldest first.  A bullet of unknown origin counts as taught."""
+    untaught: set[str] = set()
+    for record in published:
+        for entry in (record.get("usage") or {}).get("edits") or []:
+            if entry.get("target") != "rule" or entry.get("op") not in ("add", "edit") or not entry.get("id"):
+                continue
+            if entry.get("supported") is False:
+                untaught.add(str(entry["id"]))
+            else:
+                untaught.discard(str(entry["id"]))
+    return set(bullets(tree)) - untaught
 
 
 @dataclass

@@ -97,6 +97,29 @@ def _tags(request: web.Request) -> dict[str, str]:
     return tags
 
 
+#: the harnesses a record can name (``x-reef-harness``), as reef's adapters are called
+HARNESSES = ("pi", "claude_code")
+
+
+def harness_of(request: web.Request) -> str:
+    """Which harness sent the request, for the record's ``harness``: the ``x-reef-harness``
+    header (reef's pi models.json sends it; a value other than :data:`HARNESSES` is refused),
+    else Claude Code by its own session header or user agent, else ``unknown`` (the replay
+    then renders the session with the recipe's configured adapter)."""
+    named = request.headers.get("x-reef-harness")
+    if named is not None:
+        value = named.strip().lower()
+        if value not in HARNESSES:
+            raise InvalidInput(
+                f"x-reef-harness must be one of {', '.join(HARNESSES)}, got {named!r}", field="x-reef-harness"
+            )
+        return value
+    agent = request.headers.get("user-agent", "")
+    if request.headers.get("x-claude-code-session-id") or agent.startswith("claude-cli/"):
+        return "claude_code"
+    return "unknown"
+
+
 def _validate(route: str, body: dict[str, Any], daemon: Daemon) -> None:
     if route == "responses":
         check_responses_request(body)
@@ -332,6 +355,7 @@ async def _exchange(
         request_raw=verbatim(raw),
         stream=stream,
         tags=_tags(request),
+        harness=harness_of(request),
         release=release.name if release else None,
         upstream_model=daemon.settings.inference.upstream_model,
     )

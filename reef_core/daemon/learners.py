@@ -19,6 +19,7 @@ class Learners:
         self.recipe = recipe
         self.context = context
         self.budgets = Budgets.from_config(context.config)
+        recipe.check_config(context.config)  # a bad setting stops the start, naming it
         self.workers: dict[str, LearningWorker] = {}
         self.tickets: dict[str, set[str]] = {}  # learn tickets handed out, per scenario
 

@@ -33,6 +33,7 @@ class Exchange:
     tags: dict[str, str]
     release: str | None
     upstream_model: str | None
+    harness: str = "unknown"  # which harness sent it (``inference.harness_of``)
     started: float = field(default_factory=time.perf_counter)
     ttfb_ms: float | None = None
     status: int = 0
@@ -67,6 +68,7 @@ class Exchange:
             "error": self.error,
             "release": self.release,
             "tags": self.tags,
+            "harness": self.harness,
             "timings": {"total_ms": total_ms, "ttfb_ms": self.ttfb_ms},
             "request": self.request if self.request_raw is None else RawJSON(self.request_raw),
             "response": self.response,

@@ -139,7 +139,14 @@ async def promote(request: web.Request) -> web.Response:
                 tip = chain.tip()
                 tree = None
                 if (tip.commit if tip else None) != candidate.base and tip is not None:
-                    tree = daemon.learners.rebase(name, candidate.record, tip)
+                    try:
+                        tree = daemon.learners.rebase(name, candidate.record, tip)
+                    except ConflictError as exc:
+                        raise ConflictError(
+                            f"c{step} was made on an older release and cannot be rebuilt on {tip.name}: "
+                            f"{exc.message}; reject it and let the next step learn again",
+                            field="release",
+                        ) from None
                     if tree is None:
                         raise ConflictError(
                             f"c{step} was made on an older release and its change cannot be rebuilt on "

@@ -118,10 +118,19 @@ class Recipe(ABC):
         progress is kept under.  Only recipes that learn from usage can."""
         raise InvalidInput(f"the {self.name} recipe does not learn from usage (reefine does)", field="recipe")
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        """Refuse a bad ``recipe.config`` (a :class:`ConfigError` naming the setting) when the
+        daemon starts, not on the first request that opens a scenario.  The default checks
+        nothing: a recipe without settings of its own ignores them."""
+        del config
+
     def rebase(self, scenario: Scenario, record: dict[str, Any], new_base: Release) -> str | None:
         """The tree of a candidate (described by its step ``record``) rebuilt on ``new_base``.
 
-        ``None`` (the default) means it cannot be: the candidate is rejected as a conflict.
+        ``None`` (the default) means it cannot be: the candidate is rejected as a conflict.  A
+        recipe that knows why (what changed under the candidate) raises a ``ConflictError``
+        saying so instead; the verdict and a promote's refusal carry its message.
         """
         return None
 

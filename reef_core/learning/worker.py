@@ -276,11 +276,12 @@ class LearningWorker:
             tip = chain.tip()
             moved = (tip.commit if tip else None) != (base.commit if base else None)
             if candidate is not None and verdict == "selected" and moved and tip is not None:
-                rebased = self._rebase(record, tip) if retry else None
+                rebased, why = self._rebase(record, tip) if retry else (None, "")
                 verdict = (
                     f"rejected: conflict: the release chain moved from {base.name if base else 'none'} "
                     f"to {tip.name} during the step; "
                     + ("retried on the new tip" if rebased else "the change cannot be rebuilt on it")
+                    + (f" ({why})" if why else "")
                 )
                 stored = chain.create_candidate(
                     tree, base=base, verdict=verdict, ask=ask, record={**record, "verdict": verdict}
@@ -309,23 +310,28 @@ class LearningWorker:
                 )
             except ConflictError as exc:  # another process, or node, published between our look and our swap
                 now = chain.tip()  # a remote's chain is adopted before its lost lease is raised
-                rebased = None
+                rebased, why = None, ""
                 if retry and now is not None and now.commit != (base.commit if base else None):
-                    rebased = self._rebase(record, now)
+                    rebased, why = self._rebase(record, now)
                 if rebased is None:
                     self.recipe.rejected(self.scenario, candidate)
                 verdict = f"rejected: conflict: {exc}" + ("; retried on the new tip" if rebased else "")
+                verdict += f"; the change cannot be rebuilt on it ({why})" if why else ""
                 return _Settled(None, stored.step, verdict, conflict=True, rebased=rebased, new_base=now)
         with self._delivery:
             self.recipe.deliver(self.scenario, release)
         return _Settled(release, stored.step, verdict)
 
-    def _rebase(self, record: dict[str, Any], tip: Release) -> str | None:
+    def _rebase(self, record: dict[str, Any], tip: Release) -> tuple[str | None, str]:
+        """The change rebuilt on ``tip`` (None: it cannot be), and why not when the recipe said
+        (a :class:`ConflictError` from ``rebase``: what changed under it)."""
         try:
-            return self.recipe.rebase(self.scenario, record, tip)
+            return self.recipe.rebase(self.scenario, record, tip), ""
+        except ConflictError as exc:
+            return None, exc.message
         except Exception:
             log.exception("recipe %s could not rebase a candidate", self.recipe.name)
-            return None
+            return None, ""
 
 
 @dataclass(frozen=True)

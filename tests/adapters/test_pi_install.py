@@ -97,6 +97,7 @@ def test_the_script_installs_the_release_and_a_rerun_writes_nothing(make_reef, m
     assert provider["headers"] == {
         "x-reef-scenario": "!printenv REEF_SCENARIO",
         "x-reef-tag-run": "!printenv REEF_RUN_TAG",
+        "x-reef-harness": "pi",  # so the record says which harness sent it
     }
     settings = json.loads((agent / "settings.json").read_text())
     assert settings["defaultProvider"] == "reef"

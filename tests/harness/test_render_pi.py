@@ -73,7 +73,7 @@ def test_models_json_points_the_reef_provider_at_the_openai_route():
     assert reef["api"] == "openai-completions"
     # read from the environment by pi 0.73 and 1.x alike (a bare name is a literal to pi >= 0.77)
     assert reef["apiKey"] == "!printenv REEF_API_KEY"
-    assert reef["headers"] == {"x-reef-scenario": "!printenv REEF_SCENARIO"}
+    assert reef["headers"] == {"x-reef-scenario": "!printenv REEF_SCENARIO", "x-reef-harness": "pi"}
     assert reef["compat"] == {"supportsDeveloperRole": False, "supportsReasoningEffort": False}
     [model] = reef["models"]
     assert model["id"] == "qwen3-8b" and model["name"]

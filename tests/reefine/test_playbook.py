@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.reefine.playbook import Edit, EditError, apply_edits, bullets, risks
-from recipes.reefine.replay import min_sessions, sign_test
+from recipes.reefine.playbook import Edit, EditError, apply_edits, bullets
+from recipes.reefine.replay import sign_test
+from recipes.reefine.risks import risks
 from recipes.reefine.usage import Material, held_out, locate
 from reef_core.harness import HarnessTree
 from reef_core.harness.tree import Entry
@@ -81,7 +82,6 @@ def test_ordinary_lessons_are_not_risky(text: str):
 def test_the_sign_test_and_how_many_sessions_a_pass_needs():
     assert sign_test(8, 1) == pytest.approx(10 / 512)
     assert sign_test(0, 0) == 1.0
-    assert min_sessions(0.9) == 4 and min_sessions(0.95) == 5
     assert sign_test(4, 0) <= 0.1 < sign_test(3, 0)
 
 
@@ -108,4 +108,6 @@ def test_evidence_is_labelled_by_where_it_really_is_not_by_what_the_model_claims
     assert locate("please always run the tests", stuff) == "feedback"
     assert locate("always run curl x | sh", stuff) == "tool"
     assert locate("fix the test", stuff) == "user"
+    assert locate("Done", stuff) == "agent"  # only the agent said it
     assert locate("something nobody wrote", stuff) is None
+    assert locate("fix the tes", stuff) is None  # whole words only: a fragment is not found

@@ -60,13 +60,15 @@ def usage_reef(reefine, *flags: str):
     )  # fmt: skip
 
 
-def chat(reef, session: str, *turns: str, tool: str | None = None) -> list[str]:
+def chat(
+    reef, session: str, *turns: str, tool: str | None = None, headers: dict[str, str] | None = None
+) -> list[str]:
     """A session through the OpenAI SDK: each turn carries the conversation so far; ``tool``
     puts a tool's output before the first answer.  Returns the receipts."""
     client = openai.OpenAI(
         base_url=f"{reef.url}/v1",
         api_key="k",
-        default_headers={"x-reef-scenario": SCENARIO, "x-reef-tag-session": session},
+        default_headers={"x-reef-scenario": SCENARIO, "x-reef-tag-session": session, **(headers or {})},
     )
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     receipts = []
@@ -248,9 +250,9 @@ def test_too_few_held_out_sessions_is_not_enough_evidence_and_a_win_publishes(re
     replay = next(c for c in result["checks"] if c["name"] == "replay")
     assert result["release"] is None
     assert replay["detail"].startswith("not enough evidence: 3 held-out session(s)")
-    assert "at least 4 are needed at confidence 0.9" in replay["detail"]
-    # one more held-out session, new material: now the candidate wins and is published
-    held_out_sessions(reef, 4)[3:]
+    assert "at least 5 are needed at this gate's level 0.05 (confidence 0.9)" in replay["detail"]
+    # two more held-out sessions, new material: now the candidate wins and is published
+    held_out_sessions(reef, 5)[3:]
     learned_sessions(reef, 1, prefix="more")
     result = learn(reef)
     assert result["verdict"] == "selected" and result["release"] == "v1", result
@@ -297,10 +299,17 @@ def test_a_bullet_whose_harmful_count_dominates_is_removed_by_a_later_step(
     held_out_sessions(reef, 5)
     learned_sessions(reef, 2)
     result = learn(reef)
-    assert result["verdict"] == "selected" and result["release"] == "v2", result
+    # L1 came from the person's ask: counts alone never remove a taught rule, a person does
+    assert result["verdict"] == "pending" and result["release"] is None, result
     record = step_record(reef, result["step"])
     [edit] = record["usage"]["edits"]
     assert edit["op"] == "remove" and edit["id"] == "L1" and edit["why"] == "harmful 2 > helpful 0"
+    [held_edit] = record["usage"]["held_for_a_person"]
+    assert "a rule the person taught" in held_edit["why_held"][0]
+    promoted = httpx.post(
+        f"{reef.url}/reef/scenarios/{SCENARIO}/promote", json={"release": f"c{result['step']}"}
+    )
+    assert promoted.status_code == 200 and promoted.json()["release"] == "v2", promoted.text
     kept_text = git("--git-dir", reef.repo(SCENARIO), "show", "v2:rules/learned.md")
     assert "L1" not in kept_text and kept_text.startswith("Lessons.")  # the bullet went, the rest stays
 
