@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,7 @@ class Gullible(Roles):
     fragment: str = ""  # a real piece of the person's words it adds to each planted lesson
     cite_all: bool = False
     seed: int = 0
+    on_curate: Callable[[], Any] | None = None  # runs once, as the curator is asked (a race)
     lessons_seen: list[list[dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -100,6 +102,9 @@ class Gullible(Roles):
     def _curate(self, system: str, user: str) -> Reply:
         lessons = _after(user, "New lessons (JSON):")
         self.lessons_seen.append(lessons)
+        if self.on_curate is not None:
+            hook, self.on_curate = self.on_curate, None
+            hook()
         if not lessons:
             return Text(json.dumps({"edits": [], "why": "nothing"}))
         edits: list[dict[str, Any]] = []

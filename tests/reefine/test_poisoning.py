@@ -376,6 +376,47 @@ def test_a_pending_step_promoted_after_the_chain_moved_keeps_the_concurrent_chan
     assert LESSON in v2 and PLANTED_RULE in v2
 
 
+def test_a_usage_step_raced_by_a_rollback_is_rebuilt_without_reverting_it(reefine, model: Gullible):
+    """Issue 28 j, the race: a person rolls back while a usage step is curating."""
+    reef = daemon(reefine)
+    for n, content in enumerate(["- [L1] Be brief.\n", "- [L1] Be brief.\n- [L2] Use ruff.\n"]):
+        model.proposal = {
+            "design": "rules",
+            "changes": [
+                {
+                    "op": "create" if n == 0 else "update",
+                    "kind": "rule",
+                    "name": "learned",
+                    "content": f"Lessons.\n\n{content}",
+                }
+            ],
+        }
+        asked = ask(reef, SCENARIO, f"rules {n}")
+        assert settle(reef, SCENARIO, asked.json()["agent_record_id"])["result"]["release"] == f"v{n + 1}"
+    held_out(reef)
+    for name in kept(SHARE, 2, "raced"):
+        report(reef, chat(reef, name, TASK), 0.0, FEEDBACK, session=name)
+    rolled: list[httpx.Response] = []
+    model.on_curate = lambda: rolled.append(
+        httpx.post(f"{reef.url}/reef/scenarios/{SCENARIO}/rollback", json={"release": "v1"})
+    )
+    result = learn(reef)
+    assert rolled and rolled[0].json()["release"] == "v3", rolled
+    assert result["verdict"] == "selected" and result["release"] == "v4", result
+    rules = git("--git-dir", reef.repo(SCENARIO), "show", "v4:rules/learned.md")
+    assert "Be brief." in rules and LESSON in rules
+    assert "Use ruff." not in rules  # the rollback stands: the rebuild applied the step's delta only
+    conflicted = git(
+        "--git-dir",
+        reef.repo(SCENARIO),
+        "log",
+        "-1",
+        "--format=%s",
+        f"refs/reef/candidates/{result['step'] - 1}",
+    )
+    assert "conflict" in conflicted and "retried" in conflicted
+
+
 def test_a_rebuild_whose_bullet_changed_meanwhile_is_a_conflict_that_names_it(reefine, model: Gullible):
     reef = daemon(reefine)
     model.proposal = {
