@@ -15,10 +15,13 @@
 4. **refs**: the node's own data ref (never forced), candidates, pending (pruned) and rejected;
    with ``storage.node`` set those go under ``refs/reef/nodes/<node>/`` on the remote, since the
    step numbers are each repository's own counter;
-5. **the release chain**, when the local one is ahead: ``git push --atomic
-   --force-with-lease=refs/heads/release:<tracking tip or 0{40}>`` with the new releases' tags,
-   so the remote never has a release without its tag, and a chain that moved there meanwhile
-   is never overwritten (:func:`push_release` is the same push, for the publish path).
+5. **the release chain**, when the local one is ahead, and **every tag** of the chain the
+   remote lacks: one ``git push --atomic`` of the tip and those tags, **never forced**, so the
+   remote takes the chain only as a fast-forward and a tag only where it has none, all or
+   nothing; the remote never keeps a release without its tag, and a chain or a tag another
+   node pushed there is never overwritten.  A tag the remote holds for another commit is a
+   conflict, reported and left alone (:func:`push_release` is the same push, for the publish
+   path).
 
 The last fetch and push of each remote are kept in ``<repo>/reef-sync/<remote>.json``; what is
 not pushed yet (releases, records) is derived from the tracking refs (:func:`remote_status`).
@@ -38,6 +41,7 @@ import pygit2
 
 from reef_core.errors import ConflictError, StoreError
 from reef_core.store.data import DATA_REF, NODE_DATA_PREFIX, parse_counts
+from reef_core.store.installs import INSTALLED_PREFIX
 from reef_core.store.lfs import LfsPointer, lfs_object_path, parse_pointer
 from reef_core.store.packer import repack_lock
 from reef_core.store.releases import (
@@ -440,6 +444,9 @@ def _push_refs(
     wanted = {tracking_ref(remote.name, _remote_step_ref(ref, node)): target for ref, target in local.items()}
     if wanted != tracked:
         specs += [f"{prefix}*:{_remote_step_ref(prefix, node)}*" for prefix in _STEP_PREFIXES]
+    for ref in _refs_under(repo, (INSTALLED_PREFIX,)):  # named one by one: never pruned there
+        if read_ref(scenario.path, tracking_ref(remote.name, ref)) is None:
+            specs.append(f"{ref}:{ref}")
     if not specs:
         return Outcome("ok")
     arguments = ["push", "--porcelain", "--no-verify", "--prune"]
@@ -459,16 +466,57 @@ def _push_refs(
     return outcome
 
 
+def _chain_tags(scenario: ScenarioReader, tip: str, since: str | None) -> list[tuple[str, str]]:
+    """``(vN, tag object)`` of each release after ``since`` up to ``tip``, oldest first (a
+    release without a local tag is left out: ``repair_tags`` makes it)."""
+    tags = []
+    for commit in reversed(_new_commits(scenario.handle.repo, tip, since)):
+        name = f"v{scenario.releases.release_at(commit).number}"
+        oid = read_ref(scenario.path, f"refs/tags/{name}")
+        if oid is not None:
+            tags.append((name, oid))
+    return tags
+
+
+def _tag_target(repo: pygit2.Repository, oid: str) -> str:
+    """The commit a tag (object or ref target) names."""
+    return str(repo[oid].peel(pygit2.Commit).id)
+
+
+def _missing_tags(
+    scenario: Scenario, remote: Remote, tip: str, report: SyncReport
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The tags of the chain up to ``tip`` the remote lacks (to push), and those the remote
+    holds for another commit (a conflict: reported, never forced)."""
+    repo = scenario.handle.repo
+    lacking, clashing = [], []
+    for name, oid in _chain_tags(scenario, tip, None):
+        there = read_ref(scenario.path, tracking_ref(remote.name, f"refs/tags/{name}"))
+        if there is None:
+            lacking.append((name, oid))
+        elif _tag_target(repo, there) != _tag_target(repo, oid):
+            clashing.append(name)
+    if clashing:
+        report.warnings.append(
+            f"{remote.name} has tag(s) {', '.join(clashing)} for other commits than this node's "
+            "releases of those numbers: not forced (a person must decide which release is which)"
+        )
+    return lacking, clashing
+
+
 def _push_chain(
     scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, progress: Progress | None
 ) -> Outcome:
-    """The release chain and its new tags, when ours is ahead of the remote's."""
+    """The release chain when ours is ahead of the remote's, and every tag of the shared chain
+    the remote lacks (a release pushed while its tag was not: a publish that died between the
+    two, or a tag lost on the remote).  A tag the remote holds for another commit is a
+    conflict, never forced; the chain is pushed only as a fast-forward."""
     repo = scenario.handle.repo
     mine = read_ref(scenario.path, RELEASE_REF)
     theirs = read_ref(scenario.path, tracking_ref(remote.name, RELEASE_REF))
-    if mine is None or mine == theirs:
+    if mine is None:
         return Outcome("ok")
-    if theirs is not None and not _ancestor(repo, theirs, mine):
+    if theirs is not None and theirs != mine and not _ancestor(repo, theirs, mine):
         local = scenario.releases.release_at(mine).name
         if _ancestor(repo, mine, theirs):
             return Outcome("ok")  # behind (its checkpoint could not be adopted): nothing to push
@@ -480,34 +528,30 @@ def _push_chain(
         return Outcome(
             "rejected", "diverged", f"release chains diverged ({local} here, {there} on {remote.name})"
         )
-    tags = []
-    for commit in _new_commits(repo, mine, theirs):
-        name = f"v{scenario.releases.release_at(commit).number}"
-        oid = read_ref(scenario.path, f"refs/tags/{name}")
-        if oid is not None:
-            tags.append((name, oid))
-    result = _lease_push(scenario.path, remote, mine, tags, theirs, timeout, progress)
+    lacking, clashing = _missing_tags(scenario, remote, mine, report)
+    if clashing:
+        return Outcome("rejected", "tag", f"tag(s) {', '.join(clashing)} name other commits on {remote.name}")
+    if mine == theirs and not lacking:
+        return Outcome("ok")
+    result = _chain_push(scenario.path, remote, mine, lacking, timeout, progress)
     for row in result.rows:
         report.pushed[row.destination] = row.summary
     return classify(result)
 
 
-def _lease_push(
+def _chain_push(
     path: Path,
     remote: Remote,
     commit: str,
     tags: list[tuple[str, str]],
-    expected: str | None,
     timeout: float,
     progress: Progress | None = None,
 ) -> Any:
-    arguments = [
-        "push",
-        "--atomic",
-        "--porcelain",
-        "--no-verify",
-        f"--force-with-lease={RELEASE_REF}:{expected or ZERO}",
-    ]
+    """One atomic push of the release chain's tip ``commit`` and ``tags``, never forced: the
+    remote takes it only as a fast-forward of its chain, and only tags it does not hold (or
+    holds for the same object), so a chain or tag that another node pushed there is never
+    overwritten and the push is all or nothing."""
+    arguments = ["push", "--atomic", "--porcelain", "--no-verify"]
     if progress:
         arguments.append("--progress")
     specs = [f"{commit}:{RELEASE_REF}", *(f"{oid}:refs/tags/{name}" for name, oid in tags)]
@@ -587,23 +631,32 @@ def push_release(
     remote: str,
     commit: str,
     tag: str,
-    expected: str | None,
     *,
     tag_oid: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> ReleasePush:
     """Push release ``commit`` with its tag ``tag`` (``"v7"``; the tag object ``tag_oid``, by
-    default the local ``refs/tags/<tag>``) to ``remote`` in one atomic push, if the remote's
-    ``refs/heads/release`` is still ``expected`` (None: it must not exist yet).
+    default the local ``refs/tags/<tag>``) to ``remote`` in one atomic push, with the tags of
+    the releases before it the remote lacks, as a fast-forward of the remote's chain (the
+    push is never forced).
 
-    The LFS objects of the release's tree go first (a remote without a git-lfs API is noted in
-    ``lfs``, not a failure).  Moves no local ref but the tracking refs git moves itself.
+    ``lease-lost`` when the remote's chain, as last fetched, is not an ancestor of ``commit``
+    (it holds releases this one was not built on), or when the remote refuses the push (its
+    chain moved, or it holds one of the tags for another commit).  The LFS objects of the
+    release's tree go first (a remote without a git-lfs API is noted in ``lfs``, not a
+    failure).  Moves no local ref but the tracking refs git moves itself.
     """
     config = get_remote(scenario.path, remote)
     oid = tag_oid or read_ref(scenario.path, f"refs/tags/{tag}")
     if oid is None:
         raise StoreError(f"no tag {tag} to push with release {commit}")
     repo = scenario.handle.repo
+    theirs = read_ref(scenario.path, tracking_ref(config.name, RELEASE_REF))
+    if theirs is not None and theirs != commit and not _ancestor(repo, theirs, commit):
+        there = scenario.releases.release_at(theirs).name
+        return ReleasePush(
+            "lease-lost", f"{config.name} holds {there}, which {tag} was not built on: not a fast-forward"
+        )
     pointers = lfs_pointers(repo, [_tree_of(repo, commit)])
     present = [p for p in pointers if lfs_object_path(scenario.path, p).exists()]
     lfs = "none"
@@ -612,7 +665,9 @@ def push_release(
         lfs = {"ok": "ok", "no_lfs": "unsupported"}.get(pushed.kind, "failed")
         if pushed.kind in ("unreachable", "auth"):
             return ReleasePush("unreachable", f"{config.name} ({config.shown_url}): {_describe(pushed)}", lfs)
-    outcome = classify(_lease_push(scenario.path, config, commit, [(tag, oid)], expected, timeout))
+    parent = repo[commit].peel(pygit2.Commit).parents
+    earlier = _chain_tags(scenario, str(parent[0].id), theirs) if parent else []
+    outcome = classify(_chain_push(scenario.path, config, commit, [*earlier, (tag, oid)], timeout))
     if outcome.ok:
         return ReleasePush("ok", "", lfs)
     message = f"{config.name} ({config.shown_url}): {_describe(outcome)}"
@@ -626,8 +681,12 @@ class RemotePublisher:
     remote, with its tag and a lease on the remote's chain, *before* the local chain moves.
 
     * pushed: the local chain follows (a fast-forward), so no node ever serves a ``vN`` the
-      remote does not have;
-    * the lease was lost (another node published first): the remote's chain is fetched and
+      remote does not have.  The push carries the release's tag and those of the releases
+      before it the remote lacks (made while it was away), and is never forced: the remote
+      takes it only as a fast-forward of its chain, so a release is only ever published on
+      top of the remote's chain, never beside it;
+    * the lease was lost (another node published first, or the remote's chain as last
+      fetched holds releases this one was not built on): the remote's chain is fetched and
       adopted here, and the publish fails with :class:`ConflictError`; the caller finds the
       tip moved and rebuilds its change on it (the recipe's ``rebase``) or records a conflict,
       as in a race between two publishers of one machine;
@@ -654,10 +713,9 @@ class RemotePublisher:
         self.last: ReleasePush | None = None
 
     def __call__(self, release: Release, tag: str, expected: str | None) -> None:
-        path, name = self.scenario.path, self.remote.name
-        theirs = read_ref(path, tracking_ref(name, RELEASE_REF))
+        name = self.remote.name
         pushed = push_release(
-            self.scenario, name, release.commit, release.name, theirs, tag_oid=tag, timeout=self.timeout
+            self.scenario, name, release.commit, release.name, tag_oid=tag, timeout=self.timeout
         )
         self.last = pushed
         if pushed.outcome != "lease-lost":

@@ -220,7 +220,6 @@ def test_two_repositories_racing_push_release_exactly_one_wins(tmp_path: Path):
         _harness_release(a, b"v1\n")
         assert sync(a, "origin").outcome == "ok"
         assert sync(b, "origin").adopted == "v1"
-        expected = read_ref(remote, RELEASE_REF)
         for node, text in ((a, b"a\n"), (b, b"b\n")):
             _harness_release(node, text)  # each made its own v2 on v1
         results: dict[str, str] = {}
@@ -230,7 +229,7 @@ def test_two_repositories_racing_push_release_exactly_one_wins(tmp_path: Path):
             start.wait()
             tip = node.releases.tip()
             assert tip is not None
-            results[name] = push_release(node, "origin", tip.commit, "v2", expected).outcome
+            results[name] = push_release(node, "origin", tip.commit, "v2").outcome
 
         threads = [threading.Thread(target=push, args=(node, name)) for node, name in ((a, "a"), (b, "b"))]
         for thread in threads:
@@ -345,6 +344,90 @@ def test_a_release_made_while_the_remote_was_away_gives_way_to_the_one_published
             "--git-dir", str(remote), "for-each-ref", "--format=%(refname:short) %(*objectname)", "refs/tags"
         )
         assert len(tags.stdout.splitlines()) == 3
+    finally:
+        a.close()
+        b.close()
+
+
+def _remote_tags(remote: Path) -> dict[str, str]:
+    """The remote's tags and the commit each names."""
+    listed = git(
+        "--git-dir", str(remote), "for-each-ref", "--format=%(refname:short) %(*objectname)", "refs/tags"
+    )
+    return dict(line.split(" ") for line in listed.stdout.splitlines())
+
+
+def _chain(remote: Path) -> list[str]:
+    """The remote's release chain, oldest first (commits)."""
+    return git("--git-dir", str(remote), "rev-list", "--reverse", "--first-parent", "release").stdout.split()
+
+
+def test_a_release_made_while_the_remote_was_away_reaches_it_with_its_tag(tmp_path: Path):
+    """Issue 29 (1): v1 pushed, v2 while the remote was away, v3 with it back: v2's tag went
+    nowhere, and no later sync added it."""
+    remote = tmp_path / "remote.git"
+    init_bare(remote)
+    with _open(tmp_path, "a", node="a") as a:
+        add_remote(a.path, "origin", str(remote))
+        a.releases.publisher = RemotePublisher(a, "origin")
+        _publish(a, b"one\n")
+        remote.rename(tmp_path / "away.git")
+        _publish(a, b"two\n")
+        assert a.releases.publisher.last.outcome == "unreachable"
+        (tmp_path / "away.git").rename(remote)
+        _publish(a, b"three\n")  # pushed with v2's tag: a fast-forward from v1 to v3
+        tags = _remote_tags(remote)
+        assert sorted(tags) == ["v1", "v2", "v3"] and [tags[f"v{n}"] for n in (1, 2, 3)] == _chain(remote)
+        # a tag lost on the remote (or a publish that died between push and tag) is pushed by a sync
+        git("--git-dir", str(remote), "tag", "-d", "v2")
+        assert sync(a, "origin").outcome == "ok"
+        assert sorted(_remote_tags(remote)) == ["v1", "v2", "v3"]
+        assert read_ref(remote, "refs/tags/v2") == read_ref(a.path, "refs/tags/v2")
+
+
+def test_a_tag_the_remote_holds_for_another_commit_is_a_conflict_never_forced(tmp_path: Path):
+    remote = tmp_path / "remote.git"
+    init_bare(remote)
+    with _open(tmp_path, "a", node="a") as a:
+        add_remote(a.path, "origin", str(remote))
+        _publish(a, b"one\n")
+        _publish(a, b"two\n")
+        assert sync(a, "origin").outcome == "ok"
+        v1 = _chain(remote)[0]
+        git("--git-dir", str(remote), "tag", "-f", "v2", v1)  # someone moved v2 there by hand
+        moved = read_ref(remote, "refs/tags/v2")
+        report = sync(a, "origin")
+        assert report.outcome == "conflict"
+        assert "tag(s) v2 for other commits" in report.warnings[0]
+        assert read_ref(remote, "refs/tags/v2") == moved  # never forced back
+
+
+def test_a_node_that_fetched_a_rival_v2_never_pushes_its_v3_over_it(tmp_path: Path):
+    """Issue 29 (3): the lease was on the tracking ref, so a v3 built on this node's own v2 was
+    forced over the remote's v2 by another node: two releases under one number."""
+    remote = tmp_path / "remote.git"
+    init_bare(remote)
+    a, b = _open(tmp_path, "a", node="a"), _open(tmp_path, "b", node="b")
+    try:
+        for scenario in (a, b):
+            add_remote(scenario.path, "origin", str(remote))
+            scenario.releases.publisher = RemotePublisher(scenario, "origin")
+        _publish(a, b"v1\n")
+        assert sync(b, "origin").adopted == "v1"
+        remote.rename(tmp_path / "away.git")
+        offline = _publish(a, b"a's v2, offline\n")
+        (tmp_path / "away.git").rename(remote)
+        theirs = _publish(b, b"b's v2\n")  # pushed: origin's v2
+        git("-C", str(a.path), "fetch", "-q", "origin")  # a sync's first step, before its supersede
+        with pytest.raises(ConflictError, match="now v2"):
+            _publish(a, b"a's v3\n")  # built on a's own v2: not a fast-forward of origin's chain
+        assert _chain(remote)[-1] == theirs.commit and _remote_tags(remote)["v2"] == theirs.commit
+        assert "v3" not in _remote_tags(remote)
+        assert a.releases.tip().commit == theirs.commit  # a took origin's chain
+        assert [a.releases.candidate(n).tree for n in a.releases.pending()] == [offline.tree]
+        assert _publish(a, b"a's v3\n").name == "v3"  # rebuilt on origin's v2, pushed
+        tags = _remote_tags(remote)
+        assert [tags[f"v{n}"] for n in (1, 2, 3)] == _chain(remote)
     finally:
         a.close()
         b.close()
