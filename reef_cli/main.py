@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperGroup
 
 from reef_cli import (
+    clone,
     evolve,
     exits,
     export,
@@ -95,6 +96,7 @@ app.command("export")(export.export)
 app.command("import")(import_infra.import_)
 app.add_typer(remote.app, name="remote")
 app.command("sync")(sync.sync_command)
+app.command("clone")(clone.clone)
 app.command("demo")(demo)
 
 

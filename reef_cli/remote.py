@@ -1,12 +1,18 @@
 """``reef remote add|list|remove``: a scenario repository's git remotes.
 
-Written straight into the scenario repository's git config (``reef_core/store/remotes.py``),
-safe beside a running daemon.  A URL carrying a password is refused: credentials are git's own
-(a credential helper, the ssh agent), and every URL shown here has its password redacted.
+Written into the scenario repository's git config (``reef_core/store/remotes.py``).  A scenario
+a running daemon holds is changed through that daemon (``POST`` and ``DELETE
+/reef/scenarios/{s}/remotes`` at ``--url``): it publishes through the new remote from its next
+release on and syncs with it at once.  ``add`` on a scenario this state directory lacks says how
+to join instead (``reef clone URL SCENARIO``).  A URL carrying a password is refused:
+credentials are git's own (a credential helper, the ssh agent), and every URL shown here has its
+password redacted.
 """
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +21,10 @@ from rich.table import Table
 
 from reef_cli import output as out
 from reef_cli.output import JsonOption
-from reef_cli.sources import ScenarioArgument
+from reef_cli.sources import ScenarioArgument, UrlOption, connect
 from reef_cli.state import StateDirOption, open_store
-from reef_core.errors import NotFound
+from reef_core.client import DaemonUnavailable, ReefClient
+from reef_core.errors import NotFound, ScenarioLocked
 from reef_core.store import Store
 from reef_core.store.remotes import add_remote, list_remotes, remove_remote, validate_url
 from reef_core.store.repo import init_bare
@@ -46,17 +53,60 @@ def add(
     name: str = _NameArgument,
     url: str = typer.Argument(..., help="Where: a path, ssh://…, user@host:path or https://… (no password)."),
     create: bool = typer.Option(False, "--create", help="Make a bare repository at URL (a path) first."),
+    daemon_url: str = UrlOption,
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Add a git remote to a scenario."""
-    path = _path(open_store(state_dir), scenario)
+    """Add a git remote to a scenario (through its daemon when one holds it)."""
+    store = open_store(state_dir)
     kept = validate_url(url)
+    if not store.exists(scenario):
+        raise NotFound(
+            f"no scenario {scenario!r} in {store.state_dir}; to make it here from the remote: "
+            f"reef clone {shlex.quote(url)} {scenario} (--node NAME when another daemon writes there)",
+            field="scenario",
+        )
+    held = _held(store, scenario)
+    if held is not None:
+        result = _through_daemon(
+            daemon_url, scenario, held, lambda c: c.add_remote(scenario, name, kept, create=create)
+        )
+        report = result.get("sync") or {}
+        line = f"{scenario}: remote {result['name']} → {result['url']} (added by the daemon at {daemon_url})"
+        line += f"; synced: {report.get('outcome')}" + (
+            f" ({report['error']})" if report.get("error") else ""
+        )
+        out.output.done(result, line, as_json=as_json)
+        return
     if create and kept.startswith("/"):
         init_bare(Path(kept))
-    remote = add_remote(path, name, kept)
+    remote = add_remote(store.path_of(scenario), name, kept)
     result = {"scenario": scenario, "name": remote.name, "url": remote.shown_url}
     out.output.done(result, f"{scenario}: remote {remote.name} → {remote.shown_url}", as_json=as_json)
+
+
+def _held(store: Store, scenario: str) -> ScenarioLocked | None:
+    """Why a daemon holds ``scenario`` (None: nothing does, this command may write it)."""
+    try:
+        store.open(scenario).close()
+    except ScenarioLocked as exc:
+        return exc
+    return None
+
+
+def _through_daemon(
+    url: str, scenario: str, held: ScenarioLocked, call: Callable[[ReefClient], dict[str, Any]]
+) -> dict[str, Any]:
+    client = connect(url, timeout=600)
+    try:
+        return call(client)
+    except DaemonUnavailable:
+        raise ScenarioLocked(
+            f"{held.message}, and no daemon answers at {url}: stop what holds {scenario}, or pass the "
+            "daemon's --url"
+        ) from None
+    finally:
+        client.close()
 
 
 @app.command("list")
@@ -111,11 +161,18 @@ def _last(event: dict[str, Any] | None) -> str:
 def remove(
     scenario: str = ScenarioArgument,
     name: str = _NameArgument,
+    daemon_url: str = UrlOption,
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Remove a remote (its config, tracking refs and sync state; nothing on the remote)."""
-    remove_remote(_path(open_store(state_dir), scenario), name)
+    store = open_store(state_dir)
+    path = _path(store, scenario)
+    held = _held(store, scenario)
+    if held is not None:
+        _through_daemon(daemon_url, scenario, held, lambda c: c.remove_remote(scenario, name))
+    else:
+        remove_remote(path, name)
     out.output.done(
         {"scenario": scenario, "removed": name}, f"{scenario}: remote {name} removed", as_json=as_json
     )

@@ -340,6 +340,17 @@ class ReefClient:
         body = {"remote": remote} if remote else {}
         return list(self._call("POST", f"/reef/scenarios/{self._name(scenario)}/sync", json=body)["remotes"])
 
+    def add_remote(self, scenario: str, name: str, url: str, *, create: bool = False) -> dict[str, Any]:
+        """Add a git remote to a scenario the daemon holds; it syncs with it at once (``sync``)."""
+        body = {"name": name, "url": url, "create": create}
+        return dict(self._call("POST", f"/reef/scenarios/{self._name(scenario)}/remotes", json=body))
+
+    def remove_remote(self, scenario: str, name: str) -> dict[str, Any]:
+        """Forget a git remote of a scenario the daemon holds."""
+        return dict(
+            self._call("DELETE", f"/reef/scenarios/{self._name(scenario)}/remotes/{quote(name, safe='')}")
+        )
+
     def versions(self, scenario: str) -> list[dict[str, Any]]:
         """The releases oldest first, each with the gate metrics of the step that made it."""
         return list(self._call("GET", "/reef/harness/versions", scenario=scenario)["versions"])

@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.parsing import json_body, known_fields
-from reef_core.errors import NotFound
+from reef_core.errors import InvalidInput, NotFound
 from reef_core.store import Scenario
-from reef_core.store.remotes import list_remotes
-from reef_core.store.sync import RemotePublisher, SyncReport, sync
+from reef_core.store.releases import Release
+from reef_core.store.remotes import Remote, add_remote, list_remotes, remove_remote, validate_url
+from reef_core.store.repo import init_bare
+from reef_core.store.sync import ReleasePush, RemotePublisher, SyncReport, sync
 
 __all__ = ["Syncing", "routes"]
 
@@ -48,12 +52,10 @@ class Syncing:
         return self.daemon.settings.storage.sync_timeout_s
 
     def attach(self, scenario: Scenario) -> None:
-        """Publish through the scenario's first remote, if it has one (called as it opens)."""
-        remotes = list_remotes(scenario.path)
-        if not remotes:
-            return
-        scenario.releases.publisher = RemotePublisher(
-            scenario, remotes[0].name, timeout=self.timeout, on_adopt=lambda name: self._serve(scenario, name)
+        """Publish through the scenario's first remote (called as it opens): the remotes are read
+        at each publish, so one added or removed while the daemon runs counts from the next."""
+        scenario.releases.publisher = _FirstRemote(
+            scenario, self.timeout, lambda name: self._serve(scenario, name)
         )
 
     def _serve(self, scenario: Scenario, name: str) -> None:
@@ -69,8 +71,6 @@ class Syncing:
                 if remote not in names:
                     raise NotFound(f"scenario {name} has no remote {remote!r}", field="remote")
                 names = [remote]
-            if scenario.releases.publisher is None and names:
-                self.attach(scenario)  # a remote added since the scenario opened
             reports = []
             async with self._locks.setdefault(name, asyncio.Lock()):
                 for each in names:
@@ -106,6 +106,35 @@ class Syncing:
                     log.exception("syncing %s failed", name)
 
 
+class _FirstRemote:
+    """``ReleaseChain.publisher`` of a daemon's scenario: publish through its first remote as
+    configured *now* (``reef remote add`` and ``remove`` write the repository's config, which
+    is read again at each publish: publishes are rare, a config read is cheap), with no remote
+    a local publish.  ``last``: what the latest push through a remote came to."""
+
+    def __init__(self, scenario: Scenario, timeout: float, on_adopt: Callable[[str], None]) -> None:
+        self.scenario = scenario
+        self.timeout = timeout
+        self.on_adopt = on_adopt
+        self._publisher: RemotePublisher | None = None
+
+    @property
+    def last(self) -> ReleasePush | None:
+        return self._publisher.last if self._publisher else None
+
+    def __call__(self, release: Release, tag: str, expected: str | None) -> None:
+        remotes = list_remotes(self.scenario.path)
+        if not remotes:
+            self._publisher = None
+            return
+        first = remotes[0]
+        if self._publisher is None or self._publisher.remote != first:
+            self._publisher = RemotePublisher(
+                self.scenario, first.name, timeout=self.timeout, on_adopt=self.on_adopt
+            )
+        self._publisher(release, tag, expected)
+
+
 SYNCING = web.AppKey("reef.syncing", Syncing)
 
 
@@ -121,3 +150,51 @@ async def sync_route(request: web.Request) -> web.Response:
     remote = known_fields(body, {"remote"}, "a sync request").get("remote")
     reports = await request.app[SYNCING].sync(name, remote)
     return web.json_response({"scenario": name, "remotes": [r.as_dict() for r in reports]})
+
+
+@routes.post("/reef/scenarios/{name}/remotes")
+async def add_remote_route(request: web.Request) -> web.Response:
+    """Add a remote to a scenario this daemon holds, and sync with it at once: ``{"name",
+    "url", "create"?}`` → ``{"scenario", "name", "url", "sync": what the first sync did}``.
+    ``create``: make a bare repository at ``url`` (a path) first.  From the next publish on,
+    the scenario publishes through its first remote (``reef remote add`` comes here when a
+    daemon holds the scenario)."""
+    daemon = daemon_of(request)
+    name = request.match_info["name"]
+    daemon.scenarios.reader(name)  # an unknown scenario is a 404 before anything else
+    _, body = await json_body(request)
+    fields = known_fields(body, {"name", "url", "create"}, "a remote")
+    remote, url = fields.get("name"), fields.get("url")
+    if not isinstance(remote, str) or not isinstance(url, str):
+        raise InvalidInput(
+            "a remote needs a name and a url (strings)",
+            field="name" if not isinstance(remote, str) else "url",
+        )
+    create = fields.get("create", False)
+    if not isinstance(create, bool):
+        raise InvalidInput("create must be true or false", field="create")
+    async with daemon.scenarios.use(name, create=False) as scenario:
+
+        def add() -> Remote:
+            kept = validate_url(url)
+            if create and kept.startswith("/"):
+                init_bare(Path(kept))
+            return add_remote(scenario.path, remote, kept)
+
+        added = await asyncio.to_thread(add)
+    [report] = await request.app[SYNCING].sync(name, added.name)
+    return web.json_response(
+        {"scenario": name, "name": added.name, "url": added.shown_url, "sync": report.as_dict()}
+    )
+
+
+@routes.delete("/reef/scenarios/{name}/remotes/{remote}")
+async def remove_remote_route(request: web.Request) -> web.Response:
+    """Forget a remote of a scenario this daemon holds (nothing on the remote changes); the next
+    publish goes through the next remote, or stays local."""
+    daemon = daemon_of(request)
+    name, remote = request.match_info["name"], request.match_info["remote"]
+    daemon.scenarios.reader(name)
+    async with daemon.scenarios.use(name, create=False) as scenario:
+        await asyncio.to_thread(remove_remote, scenario.path, remote)
+    return web.json_response({"scenario": name, "removed": remote})

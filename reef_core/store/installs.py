@@ -18,9 +18,14 @@ Why there, and not in a commit or a file of reef's own:
   lock file held by another process (``git config`` by a person) is waited for, briefly;
 * **readable by people**: ``git config --get-regexp '^reef-adapter\\.'`` in the repository.
 
-The value is the time of the latest install, for people; reef reads only which keys exist.  A
-clone or push does not carry the config: which harnesses are installed is a fact about the
-machines this daemon serves, not about the scenario's history.
+The value is the time of the latest install, for people; reef reads only which keys exist.
+
+A clone or a push does not carry the config, so each install also sets a ref,
+``refs/reef/installed/<adapter>`` (at the empty blob: it never changes, so two nodes' pushes of
+it never clash), which a sync pushes and a fetch brings to the other nodes as
+``refs/remotes/<remote>/reef/installed/<adapter>``.  A scenario is installed for the adapters
+named by its config, its own refs, and those its remotes brought: a candidate is checked for
+every harness any node serves, and a node that joined by ``reef clone`` knows them at once.
 """
 
 from __future__ import annotations
@@ -32,23 +37,34 @@ from pathlib import Path
 import pygit2
 
 from reef_core.errors import InvalidInput
-from reef_core.store.repo import repo_config, write_config
+from reef_core.store.repo import create_ref_exclusive, ref_names, repo_config, write_config
 
-__all__ = ["installed_adapters", "note_install"]
+__all__ = ["INSTALLED_PREFIX", "installed_adapters", "note_install"]
 
 _SECTION = "reef-adapter"
 _VARIABLE = "installed"
 _ADAPTER = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_REF_PART = "reef/installed/"
+INSTALLED_PREFIX = f"refs/{_REF_PART}"
 
 
 def installed_adapters(path: Path) -> frozenset[str]:
-    """The adapters whose installer the scenario repository at ``path`` has served."""
+    """The adapters whose installer the scenario repository at ``path`` has served, here or on
+    a node whose refs a fetch brought (see the module's docstring)."""
     found = set()
+    prefixes = [INSTALLED_PREFIX]
     for entry in repo_config(path):
         section, _, rest = entry.name.partition(".")
-        adapter, _, variable = rest.rpartition(".")
-        if section == _SECTION and variable == _VARIABLE and _ADAPTER.match(adapter):
-            found.add(adapter)
+        name, _, variable = rest.rpartition(".")
+        if section == _SECTION and variable == _VARIABLE and _ADAPTER.match(name):
+            found.add(name)
+        elif section == "remote" and variable == "url":
+            prefixes.append(f"refs/remotes/{name}/{_REF_PART}")
+    for prefix in prefixes:
+        for ref in ref_names(path, prefix):
+            adapter = ref[len(prefix) :]
+            if _ADAPTER.match(adapter):
+                found.add(adapter)
     return frozenset(found)
 
 
@@ -63,3 +79,8 @@ def note_install(path: Path, adapter: str, *, now: float | None = None) -> None:
         config[key] = stamp
 
     write_config(path, write, what=f"note the {adapter} install")
+    repo = pygit2.Repository(str(path))
+    try:
+        create_ref_exclusive(repo, f"{INSTALLED_PREFIX}{adapter}", repo.create_blob(b""), "install")
+    finally:
+        repo.free()

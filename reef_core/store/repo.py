@@ -342,6 +342,26 @@ def read_ref(repo_path: Path, name: str) -> str | None:
     return None
 
 
+def ref_names(repo_path: Path, prefix: str) -> list[str]:
+    """The names of the refs under ``prefix`` (``"refs/reef/"``), loose or packed, read from the
+    files (no repository opened: cheap enough for a look each learning step)."""
+    names: set[str] = set()
+    root = repo_path / prefix
+    if root.is_dir():
+        for file in root.rglob("*"):
+            if file.is_file() and not file.name.endswith(".lock"):
+                names.add(file.relative_to(repo_path).as_posix())
+    try:
+        packed = (repo_path / "packed-refs").read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        packed = ""
+    for line in packed.splitlines():
+        parts = line.split(" ", 1)
+        if len(parts) == 2 and not line.startswith(("#", "^")) and parts[1].startswith(prefix):
+            names.add(parts[1].strip())
+    return sorted(names)
+
+
 def create_ref_exclusive(repo: pygit2.Repository, name: str, target: pygit2.Oid, message: str = "") -> bool:
     """Create ``name`` pointing at ``target`` unless it exists; False if it already did.
 

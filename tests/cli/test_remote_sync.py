@@ -98,7 +98,8 @@ def test_sync_of_a_scenario_a_daemon_holds_goes_through_that_daemon(make_reef, t
     remote = tmp_path / "remote.git"
     init_bare(remote)
     state = str(daemon.state_dir)
-    assert reef("remote", "add", "s", "origin", str(remote), "--state-dir", state).exit_code == 0
+    added = reef("remote", "add", "s", "origin", str(remote), "--state-dir", state, "--url", daemon.url)
+    assert added.exit_code == 0, added.output
     httpx.post(
         f"{daemon.url}/v1/chat/completions",
         headers={"x-reef-scenario": "s"},

@@ -38,9 +38,13 @@ def test_the_adapters_served_are_remembered_across_a_restart(tmp_path, upstream)
     again = _daemon(tmp_path, upstream)
     try:
         assert again.reader("dev").installed_adapters() == {"claude_code", "pi"}
-        # the note is config, not history: no branch, no commit
+        # the note is config and one ref per adapter at the empty blob, not history: no branch, no commit
         repo = again.repo("dev")
-        assert git("--git-dir", repo, "for-each-ref").stdout == ""
+        refs = git("--git-dir", repo, "for-each-ref", "--format=%(objecttype) %(refname)").stdout.split("\n")
+        assert [r for r in refs if r] == [
+            "blob refs/reef/installed/claude_code",
+            "blob refs/reef/installed/pi",
+        ]
         keys = git("--git-dir", repo, "config", "--get-regexp", r"^reef-adapter\.").stdout.split("\n")
         assert sorted(line.split()[0] for line in keys if line) == [
             "reef-adapter.claude_code.installed",
