@@ -249,8 +249,11 @@ def _read_chains(repo: ForeignRepo, scenario: Any) -> None:
     on_chains: set[str] = set()
     for tail, tip in sorted(chains.items()):
         original = _scenario_of_ref(tail)
-        if original is None:
-            continue
+        if original is None:  # a chain of a scenario whose name cannot be read: never dropped quietly
+            raise SourceError(
+                f"{repo.path}: {_SCENARIO_REFS}{tail} names no scenario reef can read (not base64url of a "
+                "UTF-8 name); rename or remove that ref in the original's artifacts.git, then import again"
+            )
         target = scenario(original, f"{repo.path} {_SCENARIO_REFS}{tail}")
         commits = reader.chain(tip, original)
         on_chains.update(sha for sha, _ in commits)

@@ -73,7 +73,12 @@ class GrpoConfig:
             if key in ("max_steps", "failure_streak", "step_seconds", "poll_seconds"):
                 continue  # the worker's budgets
             if key not in known:
-                raise ConfigError(f"unknown grpo setting recipe.config.{key}", field=f"recipe.config.{key}")
+                shown = key.replace("_", "-")
+                listed = ", ".join(sorted(k.replace("_", "-") for k in known))
+                raise ConfigError(
+                    f"unknown grpo setting recipe.config.{shown} (known: {listed})",
+                    field=f"recipe.config.{shown}",
+                )
             kind: type[Any] = type(known[key].default)
             if kind is bool and isinstance(value, str):
                 if value.lower() not in _TRUE | _FALSE:

@@ -127,19 +127,22 @@ class ReefineConfig:
         values: dict[str, Any] = {}
         for key, value in config.items():
             name = key.replace("-", "_")
+            shown = name.replace("_", "-")  # as the flag and the docs spell it
             if name in ("max_steps", "failure_streak", "step_seconds", "poll_seconds"):
                 continue  # the worker's budgets
             if name not in known:
+                listed = ", ".join(sorted(k.replace("_", "-") for k in known))
                 raise ConfigError(
-                    f"unknown reefine setting recipe.config.{key} (known: {', '.join(sorted(known))})",
-                    field=f"recipe.config.{key}",
+                    f"unknown reefine setting recipe.config.{shown} (known: {listed})",
+                    field=f"recipe.config.{shown}",
                 )
             default = getattr(cls, name)
             try:
                 values[name] = _coerce(value, type(default))
             except (TypeError, ValueError) as exc:
                 raise ConfigError(
-                    f"recipe.config.{key} must be a {type(default).__name__}", field=f"recipe.config.{key}"
+                    f"recipe.config.{shown} must be {_KINDS[type(default)]}, not {value!r}",
+                    field=f"recipe.config.{shown}",
                 ) from exc
         made = cls(**values)
         if not 0 <= made.held_out_share < 1:
@@ -163,6 +166,9 @@ class ReefineConfig:
                 key = name.replace("_", "-")
                 raise ConfigError(f"recipe.config.{key} must be at least 1", field=f"recipe.config.{key}")
         return made
+
+
+_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
 
 
 def _coerce(value: Any, kind: type) -> Any:

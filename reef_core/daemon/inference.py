@@ -493,7 +493,12 @@ async def _stream(
         exchange.response = relay.assembled()
     except Exception as exc:  # an early break leaves little to assemble; keep what is known
         exchange.response = None
-        log.debug("could not assemble a broken stream: %s", exc)
+        exchange.complete = False  # a record without its answer is never a complete one
+        exchange.error = exchange.error or f"the stream could not be assembled into one answer: {exc}"
+        where = scenario.name if scenario is not None else "(not recorded)"
+        log.warning(
+            "%s: a stream could not be assembled into one answer (recorded incomplete): %s", where, exc
+        )
     alone = daemon.inference_in_flight == 1
     try:
         receipt = await commit_record(scenario, exchange, alone=alone) if scenario is not None else None

@@ -223,6 +223,16 @@ def test_a_store_that_is_not_a_database_is_named_and_nothing_is_written(source, 
     assert not state.exists()
 
 
+def test_a_chain_ref_that_names_no_readable_scenario_is_named_and_nothing_is_written(source, state):
+    artifacts = source / "artifacts.git"
+    tip = git("--git-dir", str(artifacts), "for-each-ref", "--format=%(objectname)", "refs/reef/scenarios/")
+    git("--git-dir", str(artifacts), "update-ref", "refs/reef/scenarios/__4", tip.stdout.split()[0])
+    result = run(source, state)
+    assert result.exit_code == 1
+    assert "refs/reef/scenarios/__4 names no scenario reef can read" in result.stderr
+    assert not state.exists()
+
+
 def test_a_row_that_is_not_json_is_named_by_file_and_row_and_nothing_is_written(source, state):
     store = source / "agent-record" / H1_STORE
     with sqlite3.connect(store) as db:

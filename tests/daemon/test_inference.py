@@ -352,3 +352,29 @@ def test_the_record_keeps_the_request_byte_for_byte_as_the_client_sent_it(make_r
         assert record.data["request"] == json.loads(body)
         if body is not pretty:  # stored as sent: spacing, number spelling, escapes and all
             assert b'"request":' + body + b"," in stored
+
+
+def test_a_stream_that_cannot_be_assembled_is_recorded_incomplete_and_warned(
+    make_reef, upstream, monkeypatch, caplog
+):
+    """A finished stream whose answer cannot be put together is stored with no response: it
+    must say so (incomplete, with why) and warn, not pass for a complete record."""
+    from reef_core.daemon import relay
+
+    def broken(self):
+        raise ValueError("two message starts")
+
+    monkeypatch.setattr(relay.StreamRelay, "assembled", broken)
+    reef = make_reef()
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with caplog.at_level("WARNING"):
+        with httpx.stream(
+            "POST", f"{reef.url}/v1/chat/completions", json=body, headers={"x-reef-scenario": "s"}, timeout=10
+        ) as answer:
+            assert answer.status_code == 200
+            list(answer.iter_lines())
+    [row] = httpx.get(f"{reef.url}/reef/scenarios/s/records", timeout=10).json()["records"]
+    record = reef.reader("s").data.get(row["id"]).data
+    assert record["complete"] is False and record["response"] is None
+    assert "could not be assembled into one answer: two message starts" in record["error"]
+    assert any("recorded incomplete" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")

@@ -168,11 +168,17 @@ def test_a_candidate_that_lowers_the_heldout_score_is_rejected_and_serving_is_un
     )
     published = [r for r in listing["releases"] if r["operation"] == "training"]
     unjudged = [s for s in listing["steps"] if "heldout_current" not in s["metrics"]]
-    assert len(published) <= len(unjudged)  # only steps taken before there was held-out data to judge by
-    if not published:
-        served_after = httpx.post(f"{reef.url}/v1/chat/completions", json=probe, headers=headers).json()
+    # only steps taken before there was held-out data to judge by can have published
+    made = {r["step"] for r in published}
+    assert made <= {s["step"] for s in unjudged}
+    # what is served is the current release (none of the rejected candidates), whatever published
+    current = next((r for r in listing["releases"] if r["current"]), None)
+    assert reef.app[DAEMON].engine.version("bad") == (current["number"] if current else 0)
+    served_after = httpx.post(f"{reef.url}/v1/chat/completions", json=probe, headers=headers)
+    assert served_after.headers.get("x-reef-release-id") == (current["release"] if current else None)
+    if current is None:  # the base weights and the same seed sample the same answer
         assert (
-            served_after["choices"][0]["message"]["content"]
+            served_after.json()["choices"][0]["message"]["content"]
             == served_before["choices"][0]["message"]["content"]
         )
 
