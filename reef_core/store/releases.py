@@ -51,6 +51,7 @@ RELEASE_REF = "refs/heads/release"
 CANDIDATES_PREFIX = "refs/reef/candidates/"
 PENDING_PREFIX = "refs/reef/pending/"
 REJECTED_PREFIX = "refs/reef/rejected/"
+SUPERSEDED_PREFIX = "refs/reef/superseded/"  # releases of this node a remote's chain replaced
 OPERATIONS = ("creation", "evolve", "learn", "training", "rollback", "promote")
 
 _LOCK_WAIT_S = 2.0
@@ -366,15 +367,31 @@ class ReleaseChain:
                 )
 
     def repair_tags(self) -> list[int]:
-        """Create the tags of releases whose publisher died before tagging; returns their numbers."""
-        missing = []
-        for release in self:
-            if self._repo.references.get(f"refs/tags/{release.name}") is not None:
-                break
-            missing.append(release)
-        for release in reversed(missing):
+        """Give every release on the chain its tag; returns the numbers repaired.
+
+        A release without a tag (its publisher died before tagging, or a sync that adopted it
+        died before its tag) gets one.  A tag that names another commit than the chain's release
+        of that number (a sync died after it moved the chain to a remote's, before it retagged:
+        the tag still names this node's own release, never pushed) is moved to the chain's
+        release, and the commit it named is kept under ``refs/reef/superseded/`` first, so
+        nothing is lost.  Every release is looked at, not only the newest: a process can die
+        anywhere in between."""
+        repaired = []
+        repo = self._repo
+        for release in reversed(list(self)):
+            name = f"refs/tags/{release.name}"
+            held = repo.references.get(name)
+            if held is not None:
+                named = str(held.peel(pygit2.Commit).id)
+                if named == release.commit:
+                    continue
+                create_ref_exclusive(
+                    repo, f"{SUPERSEDED_PREFIX}{release.name}-{named[:12]}", pygit2.Oid(hex=named), "repair"
+                )
+                held.delete()
             self._ensure_tag(release)
-        return sorted(r.number for r in missing)
+            repaired.append(release.number)
+        return sorted(repaired)
 
     # -- candidates and pending releases -------------------------------------------------
 

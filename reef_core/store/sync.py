@@ -49,6 +49,7 @@ from reef_core.store.releases import (
     PENDING_PREFIX,
     REJECTED_PREFIX,
     RELEASE_REF,
+    SUPERSEDED_PREFIX,
     Release,
 )
 from reef_core.store.remotes import (
@@ -293,18 +294,22 @@ def _adopt_release(scenario: Scenario, remote: Remote, report: SyncReport, timeo
                 move_ref(scenario.path, RELEASE_REF, mine, theirs)
         except ConflictError:
             return  # a local publish won the chain meanwhile: the push below tells
-        _adopt_tags(scenario, remote, new)
+        _adopt_tags(scenario, remote)
         report.adopted = tip_name
 
 
-def _adopt_tags(scenario: Scenario, remote: Remote, commits: list[str]) -> None:
-    """The remote's tag objects for ``commits`` (releases adopted from it), so a later push of
-    them is a no-op; a tag the remote lacks is derived from the chain."""
-    for commit in commits:
-        number = scenario.releases.release_at(commit).number
-        tag = read_ref(scenario.path, tracking_ref(remote.name, f"refs/tags/v{number}"))
-        if tag is not None:
-            create_ref_exclusive(scenario.handle.repo, f"refs/tags/v{number}", pygit2.Oid(hex=tag), "sync")
+def _adopt_tags(scenario: Scenario, remote: Remote) -> None:
+    """The remote's tag objects for releases of the local chain that lack a tag here (adopted
+    from it, perhaps by a sync that died before their tags), so a later push of them is a
+    no-op; then every release still without its tag, or with a tag naming another commit, gets
+    one derived from the chain (``repair_tags``)."""
+    repo = scenario.handle.repo
+    tip = read_ref(scenario.path, RELEASE_REF)
+    for name, _ in _chain_tags(scenario, tip, None, untagged=True) if tip else []:
+        theirs = read_ref(scenario.path, tracking_ref(remote.name, f"refs/tags/{name}"))
+        release = scenario.releases.get(name)
+        if theirs is not None and _tag_target(repo, theirs) == release.commit:
+            create_ref_exclusive(repo, f"refs/tags/{name}", pygit2.Oid(hex=theirs), "sync")
     scenario.releases.repair_tags()
 
 
@@ -352,34 +357,29 @@ def _supersede(scenario: Scenario, remote: Remote, report: SyncReport, timeout: 
                 "not adopted, the release served stays the one this node has"
             )
             return
+        # each superseded release is kept (its commit, and a pending candidate) *before* the
+        # chain moves, and tags are fixed after: a process killed anywhere in between loses
+        # nothing, a sync that runs again finds what is done already, and repair_tags (at the
+        # next open or sync) retags a chain moved under stale tags
+        steps = []
+        for release in ours:
+            create_ref_exclusive(
+                repo,
+                f"{SUPERSEDED_PREFIX}{release.name}-{release.commit[:12]}",
+                pygit2.Oid(hex=release.commit),
+                "sync",
+            )
+            steps.append(f"c{_pending_for(chain, release, tip, remote.name)}")
         try:
             move_ref(scenario.path, RELEASE_REF, mine, theirs)
         except ConflictError:
             return  # a local publish moved the chain meanwhile: the next sync looks again
         for release in ours:
-            create_ref_exclusive(
-                repo,
-                f"refs/reef/superseded/{release.name}-{release.commit[:12]}",
-                pygit2.Oid(hex=release.commit),
-                "sync",
-            )
             tag = f"refs/tags/{release.name}"
             held = repo.references.get(tag)
             if held is not None and str(held.peel(pygit2.Commit).id) == release.commit:
                 held.delete()
-        _adopt_tags(scenario, remote, new)
-        steps = []
-        for release in ours:
-            verdict = (
-                f"pending: {release.name} was published here while {remote.name} could not be reached, "
-                f"and {remote.name} moved to {tip.name} meanwhile"
-            )
-            record = {"superseded": {"release": release.name, "commit": release.commit, "by": tip.name}}
-            made = chain.create_candidate(
-                release.tree, base=tip, verdict=verdict, ask=release.ask, record=record
-            )
-            chain.mark_pending(made.step)
-            steps.append(f"c{made.step}")
+        _adopt_tags(scenario, remote)
         report.adopted = tip.name
         names = ", ".join(release.name for release in ours)
         report.warnings.append(
@@ -387,6 +387,22 @@ def _supersede(scenario: Scenario, remote: Remote, report: SyncReport, timeout: 
             f"moved to {tip.name} meanwhile: this node now serves {remote.name}'s chain; what {names} "
             f"held waits for review as pending {', '.join(steps)} (reef review, reef promote)"
         )
+
+
+def _pending_for(chain: Any, release: Release, tip: Release, remote: str) -> int:
+    """The pending candidate that keeps a superseded ``release`` for review on ``tip``: the one
+    an earlier (interrupted) sync made, else a new one; its step."""
+    for candidate in chain.candidates():
+        if (candidate.record.get("superseded") or {}).get("commit") == release.commit:
+            return int(candidate.step)
+    verdict = (
+        f"pending: {release.name} was published here while {remote} could not be reached, "
+        f"and {remote} moved to {tip.name} meanwhile"
+    )
+    record = {"superseded": {"release": release.name, "commit": release.commit, "by": tip.name}}
+    made = chain.create_candidate(release.tree, base=tip, verdict=verdict, ask=release.ask, record=record)
+    chain.mark_pending(made.step)
+    return int(made.step)
 
 
 def _push_lfs(
@@ -466,14 +482,21 @@ def _push_refs(
     return outcome
 
 
-def _chain_tags(scenario: ScenarioReader, tip: str, since: str | None) -> list[tuple[str, str]]:
+def _chain_tags(
+    scenario: ScenarioReader, tip: str, since: str | None, *, untagged: bool = False
+) -> list[tuple[str, str]]:
     """``(vN, tag object)`` of each release after ``since`` up to ``tip``, oldest first (a
-    release without a local tag is left out: ``repair_tags`` makes it)."""
+    release without a local tag is left out: ``repair_tags`` makes it), or with ``untagged``
+    ``(vN, "")`` of those whose local tag is missing or names another commit."""
+    repo = scenario.handle.repo
     tags = []
-    for commit in reversed(_new_commits(scenario.handle.repo, tip, since)):
+    for commit in reversed(_new_commits(repo, tip, since)):
         name = f"v{scenario.releases.release_at(commit).number}"
         oid = read_ref(scenario.path, f"refs/tags/{name}")
-        if oid is not None:
+        right = oid is not None and _tag_target(repo, oid) == commit
+        if untagged and not right:
+            tags.append((name, ""))
+        elif not untagged and right and oid is not None:
             tags.append((name, oid))
     return tags
 
@@ -602,6 +625,8 @@ def sync(
     _adopt_data(scenario, config, report)
     _adopt_release(scenario, config, report, timeout)
     _supersede(scenario, config, report, timeout)
+    with scenario.publish_lock:  # tags a sync that died left missing here, the remote's first
+        _adopt_tags(scenario, config)
     _push_lfs(scenario, config, report, state, timeout)
     outcomes = [
         _push_refs(scenario, config, report, timeout, progress),
