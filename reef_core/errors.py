@@ -10,6 +10,7 @@
     ├── PayloadTooLarge       a request body over the configured limit
     ├── StoreError            the repository could not be read or written
     │   ├── DiskFull          the file system under the state directory has no room left
+    │   ├── OutOfFiles        the process is at its open-file limit: try again shortly (503)
     │   └── RemoteError       a git remote could not be reached or refused us (URL redacted)
     └── UpstreamError         the model endpoint failed us
         ├── UpstreamRejected  it answered 4xx (status and body kept, relayed to the caller)
@@ -30,6 +31,7 @@ __all__ = [
     "DiskFull",
     "InvalidInput",
     "NotFound",
+    "OutOfFiles",
     "PayloadTooLarge",
     "ReefError",
     "RemoteError",
@@ -107,6 +109,18 @@ class DiskFull(StoreError):
         super().__init__(message)
         self.free_bytes = free_bytes
         self.state_dir = state_dir
+
+
+class OutOfFiles(StoreError):
+    """The process is at (or too near) its open-file limit (503, with ``Retry-After``): nothing
+    was stored, and the same request succeeds once descriptors are free again."""
+
+    code = "out_of_files"
+    http_status = 503
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
 
 
 class RemoteError(StoreError):

@@ -22,6 +22,7 @@ from reef_core.daemon import (
     release_routes,
     syncing,
 )
+from reef_core.daemon.admission import admission_middleware
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
@@ -174,7 +175,11 @@ def build_app(settings: Settings) -> web.Application:
     )
     app = web.Application(
         client_max_size=settings.reef.max_body_bytes,
-        middlewares=[error_middleware, auth_middleware(settings.reef.tokens)],
+        middlewares=[
+            error_middleware,
+            auth_middleware(settings.reef.tokens),
+            admission_middleware(daemon.scenarios),  # near the file limit: wait, then 503
+        ],
     )
     app[DAEMON] = daemon
     syncer = app[syncing.SYNCING] = syncing.Syncing(daemon)

@@ -263,6 +263,7 @@ async def status(request: web.Request) -> web.Response:
                 "open": len(daemon.scenarios.open_names),
                 "limit": daemon.scenarios.max_open,
                 "idle_close_s": daemon.scenarios.idle_close_s,
+                "files": daemon.scenarios.files.describe(),
             },
             "auth": {
                 "required": bool(settings.reef.tokens),

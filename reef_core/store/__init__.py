@@ -8,6 +8,7 @@ May import: ``reef_core.errors``, ``reef_core.ids``, pygit2 (its only home).
 """
 
 from reef_core.store.data import DATA_REF, NODE_DATA_PREFIX, DataReader, Item, data_ref, parse_trailers
+from reef_core.store.descriptors import limit_open_packs, out_of_files
 from reef_core.store.foreign import ForeignCommit, ForeignRepo
 from reef_core.store.lfs import GITATTRIBUTES, LfsPointer, parse_pointer, read_lfs, store_lfs
 from reef_core.store.releases import (
@@ -49,6 +50,8 @@ __all__ = [
     "build_tree",
     "data_ref",
     "iter_files",
+    "limit_open_packs",
+    "out_of_files",
     "parse_pointer",
     "parse_trailers",
     "read_lfs",

@@ -21,7 +21,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,16 +84,25 @@ class ScenarioReader:
 class Scenario(ScenarioReader):
     """One scenario opened for writing by this process."""
 
-    def __init__(self, name: str, path: Path, options: StoreOptions, space: SpaceWatch | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        options: StoreOptions,
+        space: SpaceWatch | None = None,
+        relieve: Callable[[], object] | None = None,
+    ) -> None:
+        """``relieve``: frees file descriptors when a write ran out of them (``writer.py``)."""
         self._lock = WriterLock(path)
         self._lock.acquire()
+        packer: Packer | None = None
         try:
             super().__init__(name, path, node=options.node)
             self.recovered_locks = clear_stale_ref_locks(path)
             self.recovered_packs = remove_incomplete_packs(path / "objects")
             reuse = leftovers(path)
             self.releases.repair_tags()
-            self.packer = Packer(
+            self.packer = packer = Packer(
                 path,
                 every=options.pack_every,
                 on_repacked=self.handle.invalidate,
@@ -109,8 +118,14 @@ class Scenario(ScenarioReader):
                 on_batch=self.packer.note_written,
                 space=space,
                 ref=self.data_ref,
+                relieve=relieve,
             )
         except BaseException:
+            # an open that failed half-way (out of file descriptors, say) keeps nothing
+            if packer is not None:
+                packer.close()
+            if hasattr(self, "handle"):
+                self.handle.close()
             self._lock.release()
             raise
         self._closed = False
@@ -174,6 +189,9 @@ class Store:
         self.archive_dir = self.state_dir / "archive"
         #: whether writes fail for lack of space (one state for every scenario under it)
         self.space = SpaceWatch(self.state_dir)
+        #: frees file descriptors when a write ran out of them (the daemon closes an idle
+        #: scenario); called from a writer's thread, see ``writer.py``
+        self.relieve: Callable[[], object] | None = None
         if self.options.fsync:
             # global in libgit2 and read when a repository is opened: set before any open
             pygit2.settings.enable_fsync_gitdir(True)
@@ -208,7 +226,11 @@ class Store:
                 init_bare(path)
             elif not (path / "HEAD").exists():
                 raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
-            return Scenario(name, path, options, self.space)
+            return Scenario(name, path, options, self.space, relieve=self._relieve)
+
+    def _relieve(self) -> None:
+        if self.relieve is not None:
+            self.relieve()
 
     @contextlib.contextmanager
     def _space_checked(self, what: str) -> Iterator[None]:

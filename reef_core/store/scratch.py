@@ -320,8 +320,11 @@ class Spares:
             return False
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:  # gone, or not ours to write
-            _unlink(path)
+        except OSError as exc:  # gone, or not ours to write; or no descriptor left: later
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self._busy.append((path, since))
+            else:
+                _unlink(path)
             return False
         try:
             try:
@@ -359,16 +362,20 @@ class RefFiles:
         stem = name.replace("/", "-")
         token = secrets.token_hex(3)  # a process with the same pid may have left files here
         self._files: list[tuple[int, str, int]] = []
-        for n in range(count):
-            path = str(directory / f"{stem}-{os.getpid()}-{token}-{n}")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                # blocks allocated now: renaming a file whose data is not yet allocated
-                # over another makes ext4 flush it first
-                os.posix_fallocate(fd, 0, size)
-            except OSError:
-                pass  # a file system without it
-            self._files.append((fd, path, os.fstat(fd).st_ino))
+        try:
+            for n in range(count):
+                path = str(directory / f"{stem}-{os.getpid()}-{token}-{n}")
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                self._files.append((fd, path, os.fstat(fd).st_ino))
+                try:
+                    # blocks allocated now: renaming a file whose data is not yet allocated
+                    # over another makes ext4 flush it first
+                    os.posix_fallocate(fd, 0, size)
+                except OSError:
+                    pass  # a file system without it
+        except BaseException:  # out of file descriptors, say: keep none of them
+            self.close()
+            raise
         self._next = 0
         #: (inode, value) of the file this ring last put in place as the ref
         self.current: tuple[int, str] | None = None

@@ -39,9 +39,10 @@ import orjson
 import pygit2
 
 from reef_core import jsonio
-from reef_core.errors import ConflictError, InvalidInput, StoreError
+from reef_core.errors import ConflictError, InvalidInput, OutOfFiles, StoreError
 from reef_core.ids import KINDS, IdGenerator, ItemId
 from reef_core.store.data import DATA_REF, DataReader, format_message, parse_counts
+from reef_core.store.descriptors import out_of_files
 from reef_core.store.packs import BLOB, COMMIT, PackBuilder, TreeEncoder
 from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, move_ref, read_ref, tree_at
 from reef_core.store.scratch import RefFiles, Spares
@@ -161,12 +162,16 @@ class GroupCommitWriter:
         on_batch: Callable[[int, int], None] | None = None,
         space: SpaceWatch | None = None,
         ref: str = DATA_REF,
+        relieve: Callable[[], object] | None = None,
     ) -> None:
         """``ref``: the data ref this writer owns, and the only ref it moves; ``reuse``: files
         to empty and take as spare files before making any (what a previous writer left,
         :func:`~reef_core.store.scratch.leftovers`); ``space``: told of writes that fail for
-        lack of space, and of each that succeeds (``space.py``)."""
+        lack of space, and of each that succeeds (``space.py``); ``relieve``: called from the
+        writer thread when a batch failed for want of file descriptors, to free some (the
+        daemon closes an idle scenario), before the batch is tried once more."""
         self._handle = handle
+        self._relieve = relieve
         self._ref = ref
         self._space = space
         self._fsync = fsync
@@ -318,7 +323,7 @@ class GroupCommitWriter:
                 self._queue.put(pending)
                 return
         try:
-            self._write([pending])
+            self._write([pending], inline=True)
             restock = self._spares.short  # else the thread tops the stock up once idle
         finally:
             self._commit_lock.release()
@@ -390,16 +395,26 @@ class GroupCommitWriter:
             with self._commit_lock:
                 self._write(batch, queued=True)
 
-    def _write(self, batch: list[_Pending], *, queued: bool = False) -> None:
-        """Commit ``batch`` and tell its callers; the caller holds the commit lock."""
+    def _write(self, batch: list[_Pending], *, queued: bool = False, inline: bool = False) -> None:
+        """Commit ``batch`` and tell its callers; the caller holds the commit lock.
+
+        A batch that fails for want of file descriptors is tried once more after ``relieve``
+        freed some; written ``inline`` (in a caller's thread, which may be the event loop's:
+        it must not wait for a scenario to close), it is handed to the writer thread for that
+        instead, unless something was queued behind it meanwhile (ids stay in order).
+        """
         self._last_write = time.monotonic()  # busy, not idle, however long the commit takes
         self._filling = False
-        try:
-            self._commit_batch(batch)
-        except Exception as exc:  # the writer must survive; each caller hears of its failure
-            failure: Exception | None = exc
-        else:
-            failure = None
+        failure = self._try_commit(batch)
+        if failure is not None and out_of_files(failure):
+            if inline and self._hand_over(batch):
+                return
+            if not inline and self._relieve is not None:
+                try:
+                    self._relieve()
+                except Exception:
+                    log.exception("freeing file descriptors failed")
+            failure = self._try_commit(batch)
         self._last_write = time.monotonic()
         if queued:
             with self._submit_lock:  # before the callers hear: one may write its next item now
@@ -409,6 +424,12 @@ class GroupCommitWriter:
             if self._space is not None and out_of_space(failure):
                 where = f"writing {len(batch)} item(s) to {self._handle.path.name}"
                 error = self._space.failed(failure, where, items=len(batch))
+            elif out_of_files(failure):
+                log.warning("writing %d item(s) to %s: %s", len(batch), self._handle.path.name, failure)
+                error = OutOfFiles(
+                    f"reef has no file descriptor left to write {self._handle.path.stem} ({failure}): "
+                    "nothing was stored; try again"
+                )
             else:
                 log.error("writing %d item(s) to %s failed", len(batch), self._handle.path, exc_info=failure)
                 error = failure if isinstance(failure, StoreError) else StoreError(f"write failed: {failure}")
@@ -422,6 +443,25 @@ class GroupCommitWriter:
                 self._on_batch(len(batch), sum(len(pending.payload) for pending in batch))
             except Exception:
                 log.exception("on_batch hook failed")
+
+    def _try_commit(self, batch: list[_Pending]) -> Exception | None:
+        try:
+            self._commit_batch(batch)
+        except Exception as exc:  # the writer must survive; each caller hears of its failure
+            return exc
+        return None
+
+    def _hand_over(self, batch: list[_Pending]) -> bool:
+        """Queue an inline batch that ran out of descriptors for the writer thread, which can
+        wait for some to be freed; False if another item was queued meanwhile (it would be
+        committed first) or the writer is closing."""
+        with self._submit_lock:
+            if self._closed or self._queued:
+                return False
+            self._queued += len(batch)
+            for pending in batch:
+                self._queue.put(pending)
+        return True
 
     def _next(self) -> Any:
         """The next thing queued; until it comes, spare files are made while nothing is being
@@ -460,7 +500,7 @@ class GroupCommitWriter:
         try:
             self._spares.restock(most)
         except OSError as exc:  # a full disk, say: the next commit makes what it needs itself
-            if not out_of_space(exc):  # that one the commits report, once a minute
+            if not out_of_space(exc) and not out_of_files(exc):  # those the commits report
                 log.warning("could not prepare %s", self._spares.directory, exc_info=True)
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
@@ -499,7 +539,8 @@ class GroupCommitWriter:
                         self._handle.path, self._ref, tip, head, fsync=self._fsync, files=self._ref_files
                     )
             except (pygit2.GitError, StoreError, ConflictError, OSError) as exc:
-                if out_of_space(exc):  # not a race: another try would fail the same way
+                # not a race: at once, another try would fail the same way (_write decides)
+                if out_of_space(exc) or out_of_files(exc):
                     self._hot = None
                     raise
                 # The ref moved or its lock is held: rebuild on the new tip and try again.

@@ -45,6 +45,10 @@ def test_a_thousand_scenarios_under_ulimit_256_hold_a_bounded_number_open(tmp_pa
         with httpx.Client(base_url=url, timeout=60) as client:
             client.post("/v1/chat/completions", json=CHAT, headers={"x-reef-scenario": "warm"})
         before = held(proc.pid)
+        # as many as the file budget fits under 256 beside what the process holds (17 or so)
+        budget = httpx.get(f"{url}/reef/status", timeout=60).json()["open_scenarios"]
+        limit, packs = budget["limit"], budget["files"]["packs"]
+        assert 8 <= limit <= 20
         names = [f"project-{n:04d}" for n in range(SCENARIOS)]
 
         def one(name: str) -> tuple[int, str]:
@@ -56,17 +60,17 @@ def test_a_thousand_scenarios_under_ulimit_256_hold_a_bounded_number_open(tmp_pa
             answers = list(pool.map(one, names))
         assert [status for status, _ in answers] == [200] * SCENARIOS, [a for a in answers if a[0] != 200][:3]
         # the scenarios still in use when others opened are closed beside the requests
-        assert wait_for(lambda: _open_count(url) <= 8, timeout=30)
+        assert wait_for(lambda: _open_count(url) <= limit, timeout=30)
         files, threads = held(proc.pid)
-        # at most (256 - 128) // 16 = 8 scenarios open, each 9 files and 2 threads; and the
-        # threads of asyncio's default executor, which grows to its size under load
+        # at most ``limit`` scenarios open, each 9 files and 2 threads, the packs libgit2 may
+        # keep open; and the threads of asyncio's default executor, which grows under load
         executor = min(32, (os.cpu_count() or 1) + 4)
-        assert files - before[0] <= 8 * 9 + 8, (before, files)
-        assert threads - before[1] <= 8 * 2 + executor, (before, threads)
+        assert files - before[0] <= limit * 9 + packs + 8, (before, files)
+        assert threads - before[1] <= limit * 2 + executor, (before, threads)
         reply = httpx.get(f"{url}/reef/status", timeout=60)
         assert reply.status_code == 200, reply.text
         status = reply.json()["open_scenarios"]
-        assert status["limit"] == 8 and status["open"] <= 8
+        assert status["limit"] == limit and status["open"] <= limit
         # quiet for the idle time, every scenario is closed: back where it started (less the
         # warm scenario, plus the upstream connections eight clients at once left in the pool)
         assert wait_for(lambda: _open_count(url) == 0, timeout=30)
