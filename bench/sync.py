@@ -2,6 +2,7 @@
 cost to write, measured in the same run.
 
     python bench/sync.py [--sizes 10000,100000] [--quick] [--fresh] [--increment 1000]
+    python bench/sync.py --fault-events 2000 --fault-seeds 10 [--fault-shrink 120]
 
 At each size a scenario (``s<size>``) is filled by the store's own group commit, as
 ``bench/store.py`` fills it, in a state directory kept between runs (``.cache/bench/sync-state``;
@@ -31,6 +32,15 @@ upstream, measured in alternating blocks so the machine's drift hits both alike 
 p50 moves by ≤ 0.1 ms), with the CPU the git children of each daemon used per second.  A full
 run takes about 2.5 minutes on 2 cores once 10^5 records are filled (25 s, kept).  Never run it
 beside another benchmark or the test suite: both take the same two cores.
+
+``--fault-events N`` runs, instead of all that, the fault model of "one release chain
+everywhere" (``tests/store/chain_model.py``, which ``tests/store/test_chain_model.py`` runs at 200
+events for 5 seeds): ``--fault-seeds`` seeds (0, 1, …) of N events each, three nodes on a file
+remote, the invariants checked after every full sync.  It prints each seed's events, seconds
+and events per second and the first invariant it broke (a run stops there), then the events per
+second over all of them and its longest runs: the slowest seed, and the most events played
+without breaking anything.  ``--fault-shrink S`` shrinks each failure for up to S seconds and
+prints the minimal sequence of events.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from reef_core.store.remotes import add_remote, list_remotes, remove_remote  # n
 from reef_core.store.repo import init_bare  # noqa: E402
 from reef_core.store.sync import RemotePublisher, sync  # noqa: E402
 from tests.fakes.git_http import GitHttpServer  # noqa: E402
+from tests.store import chain_model  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench" / "sync-state"
 SYNC_OPTIONS = StoreOptions(pack_every=0)  # no repack in the middle of a timed sync
@@ -236,6 +247,59 @@ def measure_proxy(work: Path, upstream: str, blocks: int, per_block: int) -> dic
     }
 
 
+# -- the fault model ------------------------------------------------------------------------------
+
+
+def measure_faults(events: int, seeds: int, shrink_s: float) -> None:
+    """``seeds`` runs of the fault model of ``tests/store/chain_model.py``, ``events`` each."""
+    print(
+        f"fault model (tests/store/chain_model.py): {seeds} seeds of {events} events (+ back, check), "
+        f"nodes {', '.join(chain_model.NODES)} on one file remote",
+        flush=True,
+    )
+    print(f"{'seed':>6} {'events':>7} {'seconds':>8} {'events/s':>9}  broke")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="reef-sync-faults-") as tmp:
+        for seed in range(seeds):
+            drawn = chain_model.draw_events(seed, events)
+            run = chain_model.play(drawn, Path(tmp))
+            runs.append((seed, run))
+            broke = (
+                f"after event {run.failed_at}: " + ", ".join(sorted(run.invariants)) if run.broken else "-"
+            )
+            print(
+                f"{seed:>6} {run.played:>7} {run.seconds:>8.1f} {run.played / run.seconds:>9.1f}  {broke}",
+                flush=True,
+            )
+            if run.broken and shrink_s > 0 and run.failed_at is not None:
+                first = next(name for name in chain_model.INVARIANTS if name in run.invariants)
+                minimal, last, replays = chain_model.shrink(
+                    run.resolved[: run.failed_at + 1], {first}, budget_s=shrink_s, root=Path(tmp)
+                )
+                print(
+                    "\n".join(
+                        f"    {line}"
+                        for line in chain_model.report(seed, run, minimal, last, replays).splitlines()
+                    )
+                )
+    played = sum(run.played for _, run in runs)
+    seconds = sum(run.seconds for _, run in runs)
+    slow_seed, slow = max(runs, key=lambda r: r[1].seconds)
+    long_seed, long = max(runs, key=lambda r: r[1].played if not r[1].broken else (r[1].failed_at or 0))
+    unbroken = long.played if not long.broken else long.failed_at or 0
+    print(
+        f"all: {played} events in {seconds:.1f} s, {played / seconds:.1f} events/s; "
+        f"{sum(1 for _, run in runs if run.broken)} of {seeds} seeds broke an invariant"
+    )
+    print(
+        f"longest run: seed {slow_seed}, {slow.played} events in {slow.seconds:.1f} s; "
+        f"most events without a break: {unbroken} (seed {long_seed})"
+    )
+    print(
+        f"cpu: {os.cpu_count()} cores, python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.1f}"
+    )
+
+
 # -- the run ------------------------------------------------------------------------------------
 
 
@@ -270,8 +334,18 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="a new state directory, removed after")
     parser.add_argument("--state", type=Path, default=CACHE, help="the kept state directory")
     parser.add_argument("--increment", type=int, default=1000, help="new records per incremental sync")
+    parser.add_argument(
+        "--fault-events", type=int, default=0, help="run the fault model instead: events per seed"
+    )
+    parser.add_argument("--fault-seeds", type=int, default=10, help="the fault model's seeds (0, 1, …)")
+    parser.add_argument(
+        "--fault-shrink", type=float, default=0.0, help="seconds to shrink each failure of the fault model"
+    )
     args = parser.parse_args()
     os.environ.update(_ENV)
+    if args.fault_events > 0:
+        measure_faults(args.fault_events, args.fault_seeds, args.fault_shrink)
+        return
     sizes = [1000, 10000] if args.quick else [int(s) for s in args.sizes.split(",")]
     args.lone, args.group, args.rounds = (100, 1000, 2) if args.quick else (300, 2000, 3)
     publishes, blocks, per_block = (8, 4, 150) if args.quick else (20, 8, 500)
