@@ -31,6 +31,7 @@ from reef_core.store.sync import read_state
 from tests.conftest import git, wait_for
 from tests.daemon.test_process import start
 from tests.fakes.git_http import GitHttpServer
+from tests.store.procs import descendants, processes
 
 S = "s"
 H = {"x-reef-scenario": S}
@@ -76,31 +77,6 @@ def _fsck(git_dir: Path) -> None:
 # -- processes ---------------------------------------------------------------------------------
 
 
-def _processes() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, process group, state) for every process (Linux ``/proc``)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            found[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    table = _processes()
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [p for p, (ppid, _, _) in table.items() if ppid == parent]
-        found += children
-        frontier += children
-    return found
-
-
 def _pushing(pids: list[int]) -> bool:
     """One of ``pids`` is a ``git push`` (or the receive-pack it runs)."""
     for pid in pids:
@@ -115,7 +91,7 @@ def _pushing(pids: list[int]) -> bool:
 
 
 def _gone(pids: list[int]) -> bool:
-    table = _processes()
+    table = processes()
     return all(pid not in table or table[pid][2] == "Z" for pid in pids)
 
 
@@ -124,13 +100,13 @@ def _kill_node(proc, *, with_children: bool) -> tuple[list[int], bool]:
     to finish, as git does when only the daemon dies.  Returns the children to wait for, and
     whether a push was among them."""
     os.kill(proc.pid, signal.SIGSTOP)  # no new child between the look and the kill
-    children = _descendants(proc.pid)
+    children = descendants(proc.pid)
     pushing = _pushing(children)
     proc.kill()
     proc.wait(10)
     if with_children:
         ours = os.getpgid(0)
-        for group in {_processes().get(pid, (0, ours, ""))[1] for pid in children} - {ours}:
+        for group in {processes().get(pid, (0, ours, ""))[1] for pid in children} - {ours}:
             try:
                 os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
@@ -210,7 +186,7 @@ def test_sigkill_in_the_middle_of_a_sync_never_tears_a_release_from_its_tag(tmp_
         if n % 4 < 2:  # at a random moment of the sync
             time.sleep(rng.uniform(0, took))
         else:  # as soon as a push runs
-            wait_for(lambda pid=proc.pid, got=answers: got or _pushing(_descendants(pid)), timeout=30)
+            wait_for(lambda pid=proc.pid, got=answers: got or _pushing(descendants(pid)), timeout=30)
         children, pushing = _kill_node(proc, with_children=n % 2 == 1)
         syncing.join()
         struck += pushing

@@ -85,6 +85,7 @@ from reef_core.store import sync as sync_module
 from reef_core.store.releases import ReleaseChain
 from reef_core.store.remotes import add_remote
 from reef_core.store.repo import init_bare
+from tests.store.procs import descendants, processes
 
 NODES = ("a", "b", "c")
 SCENARIO = "s"
@@ -461,38 +462,13 @@ def fsck(paths: dict[str, Path]) -> list[Broken]:
 # -- processes ------------------------------------------------------------------------------------
 
 
-def _processes() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, process group, state), from ``/proc``."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            found[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    table = _processes()
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [p for p, (ppid, _, _) in table.items() if ppid == parent]
-        found += children
-        frontier += children
-    return found
-
-
 def _wait_gone(pids: list[int], timeout: float = 30.0) -> None:
     """Until none of ``pids`` runs.  A zombie counts as gone only once its last thread is: the
     leader of a process killed with threads running shows ``Z`` while they are still exiting,
     and holding its files (the scenario's writer lock)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        table = _processes()
+        table = processes()
         if all(pid not in table or (table[pid][2] == "Z" and _threads(pid) <= 1) for pid in pids):
             return
         time.sleep(0.002)
@@ -720,15 +696,15 @@ class Model:
         with the process group, it can leave the bare repository's ref locks behind, after
         which the remote refuses every push of those refs until a person removes them (git's
         own behaviour, not reef's: see the report of issue 29)."""
-        descendants = _descendants(pid)
+        below = descendants(pid)
         if children:
-            table = _processes()
-            for child in [p for p in descendants if table.get(p, (0,))[0] == pid]:
+            table = processes()
+            for child in [p for p in below if table.get(p, (0,))[0] == pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        _wait_gone(descendants)
+        _wait_gone(below)
 
     def _check(self) -> tuple[str, list[Broken]]:
         if not self.remote.exists():

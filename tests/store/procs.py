@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -64,3 +65,29 @@ if __name__ == "__main__":
         publish_rounds(args[0], int(args[1]), int(args[2]), float(args[3]))
     else:
         raise SystemExit(f"unknown command {command}")
+
+
+def processes() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, state) for every process (Linux ``/proc``)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, children first."""
+    table = processes()
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, (ppid, _, _) in table.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
