@@ -19,7 +19,7 @@ from reef_cli.output import when
 from reef_cli.tui.scores import ScoreTally
 from reef_core.harness.diff import FileDiff, diff_files
 from reef_core.release.listing import release_listing
-from reef_core.store import ScenarioReader, Store
+from reef_core.store import ScenarioReader, Store, release_name
 
 __all__ = [
     "Check",
@@ -43,6 +43,7 @@ class Selection:
 
 @dataclass(frozen=True)
 class StepRow:
+    name: str  # "c5", as the listing names it
     step: int
     state: str  # "pending", "selected", "rejected", "skipped", "rejected by a person"
     verdict: str
@@ -52,10 +53,6 @@ class StepRow:
     page_path: str
     approval: str = ""  # "approved by alice via reef review at Jun 01 12:00", once a person did
     executable: tuple[str, ...] | None = ()  # a pending step's files that run code (None: unknown)
-
-    @property
-    def name(self) -> str:
-        return f"c{self.step}"
 
 
 @dataclass(frozen=True)
@@ -249,6 +246,7 @@ class ReviewData:
         )
         steps = tuple(
             StepRow(
+                name=s["name"],
                 step=s["step"],
                 state=_state(s),
                 verdict=s.get("verdict") or "",
@@ -315,7 +313,7 @@ class ReviewData:
     def _release_detail(self, selection: Selection, view: ScenarioView, release: ReleaseRow) -> Detail:
         """A release: what it changed against the one before it, and the step that made it."""
         chain = self._reader(view.name).releases
-        older = view.release(f"v{release.number - 1}")
+        older = view.release(release_name(release.number - 1))
         base_files = chain.files(chain.get(older.number)) if older else {}
         files = chain.files(chain.get(release.number))
         record: Mapping[str, Any] = {}

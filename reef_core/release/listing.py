@@ -13,7 +13,7 @@ from typing import Any
 
 from reef_core.harness.tree import HarnessTree, TreeError, approval_changes
 from reef_core.release.pages import page_path
-from reef_core.store import Candidate, Release, ReleaseChain, ScenarioReader
+from reef_core.store import Candidate, Release, ReleaseChain, ScenarioReader, step_name
 from reef_core.store.remotes import list_remotes
 from reef_core.store.sync import remote_status
 
@@ -129,7 +129,7 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
         steps.append(
             {
                 "step": c.step,
-                "name": f"c{c.step}",
+                "name": step_name(c.step),
                 "verdict": c.verdict,
                 "ask": c.ask,
                 "base": base.name if base else None,

@@ -13,17 +13,20 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
 from reef_core.errors import NotFound, StoreError
+from reef_core.store.repo import blob_at
 
 __all__ = [
     "GITATTRIBUTES",
     "LfsPointer",
     "lfs_object_path",
+    "lfs_pointers",
     "parse_pointer",
     "read_lfs",
     "store_lfs",
@@ -32,6 +35,7 @@ __all__ = [
 GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
 _SPEC = "version https://git-lfs.github.com/spec/v1"
 _CHUNK = 1 << 20
+_MAX_POINTER = 1024  # a pointer is about 130 bytes: a larger blob is none
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ def lfs_object_path(repo_path: Path, oid: str) -> Path:
 
 def parse_pointer(data: bytes) -> LfsPointer | None:
     """The pointer in ``data``, or None if it is not a git-lfs pointer."""
-    if len(data) > 1024 or not data.startswith(_SPEC.encode()):
+    if len(data) > _MAX_POINTER or not data.startswith(_SPEC.encode()):
         return None
     fields = dict(
         line.split(" ", 1) for line in data.decode("ascii", "replace").splitlines()[1:] if " " in line
@@ -60,6 +64,33 @@ def parse_pointer(data: bytes) -> LfsPointer | None:
     if len(oid) != 64 or not size.isdigit():
         return None
     return LfsPointer(oid=oid, size=int(size))
+
+
+def lfs_pointers(repo: pygit2.Repository, trees: Iterable[str]) -> dict[str, LfsPointer]:
+    """The LFS pointers in ``trees`` (tree ids), by object id; shared subtrees read once, and
+    only blobs small enough to be a pointer read at all."""
+    found: dict[str, LfsPointer] = {}
+    seen: set[str] = set()
+    stack = [pygit2.Oid(hex=tree) for tree in trees]
+    while stack:
+        oid = stack.pop()
+        if str(oid) in seen:
+            continue
+        seen.add(str(oid))
+        tree = repo[oid]
+        if not isinstance(tree, pygit2.Tree):
+            continue
+        for entry in tree:
+            if entry.type_str == "tree":
+                stack.append(entry.id)
+            elif entry.type_str == "blob" and str(entry.id) not in seen:
+                seen.add(str(entry.id))
+                _, size = repo.odb.read_header(entry.id)
+                if size <= _MAX_POINTER:
+                    pointer = parse_pointer(blob_at(repo, entry.id).data)
+                    if pointer is not None:
+                        found[pointer.oid] = pointer
+    return found
 
 
 def store_lfs(

@@ -45,6 +45,8 @@ __all__ = [
     "Candidate",
     "Release",
     "ReleaseChain",
+    "release_name",
+    "step_name",
 ]
 
 RELEASE_REF = "refs/heads/release"
@@ -56,6 +58,16 @@ OPERATIONS = ("creation", "evolve", "learn", "training", "rollback", "promote")
 
 _LOCK_WAIT_S = 2.0
 _MAX_APPROVER = 200
+
+
+def release_name(number: int) -> str:
+    """What a person calls release ``number``, and its tag: ``v7``."""
+    return f"v{number}"
+
+
+def step_name(step: int) -> str:
+    """What a person calls the candidate of step ``step``: ``c5``."""
+    return f"c{step}"
 
 
 @dataclass(frozen=True)
@@ -73,7 +85,7 @@ class Release:
 
     @property
     def name(self) -> str:
-        return f"v{self.number}"
+        return release_name(self.number)
 
 
 @dataclass(frozen=True)
@@ -160,7 +172,7 @@ class ReleaseChain:
         self._tip: tuple[tuple[int, ...], Release | None] | None = None  # last tip read, by stamp
         #: told of each release before any ref moves, with its tag object and the tip it was
         #: built on; raising stops the publish with nothing visible.  The daemon sets it to push
-        #: the release to the scenario's remote first (``reef_core.store.sync.RemotePublisher``).
+        #: the release to the scenario's remote first (``reef_core.store.push.RemotePublisher``).
         self.publisher: Callable[[Release, str, str | None], None] | None = None
 
     @property
@@ -195,7 +207,7 @@ class ReleaseChain:
 
     def get(self, release: int | str) -> Release:
         number = release if isinstance(release, int) else _parse_release_number(release)
-        ref = self._repo.references.get(f"refs/tags/v{number}")
+        ref = self._repo.references.get(f"refs/tags/{release_name(number)}")
         if ref is not None:
             commit = ref.peel(pygit2.Commit)
             found = self._release_of(commit)
@@ -204,7 +216,7 @@ class ReleaseChain:
         for candidate in self:  # tag missing (crash before it was written): walk the chain
             if candidate.number == number:
                 return candidate
-        raise NotFound(f"no release v{number}", field="release")
+        raise NotFound(f"no release {release_name(number)}", field="release")
 
     def release_at(self, commit: str) -> Release:
         """The release that commit ``commit`` of a chain (this one, or a remote's) is."""
@@ -238,6 +250,14 @@ class ReleaseChain:
             approved_at=_epoch(trailers.get("Reef-Approved-At")),
         )
 
+    def _tree_here(self, tree: str | pygit2.Oid) -> pygit2.Oid:
+        """``tree``'s oid, refused unless it is a tree in this repository (what a release or a
+        candidate is made of)."""
+        oid = pygit2.Oid(hex=str(tree))
+        if not isinstance(self._repo.get(oid), pygit2.Tree):
+            raise InvalidInput(f"{tree} is not a tree in this repository", field="tree")
+        return oid
+
     # -- publishing ----------------------------------------------------------------------
 
     def publish(
@@ -265,9 +285,7 @@ class ReleaseChain:
             raise InvalidInput(f"unknown release operation {operation!r}", field="operation")
         approver = None if approved_by is None else _approver(approved_by)
         repo = self._repo
-        tree_oid = pygit2.Oid(hex=str(tree))
-        if not isinstance(repo.get(tree_oid), pygit2.Tree):
-            raise InvalidInput(f"{tree} is not a tree in this repository", field="tree")
+        tree_oid = self._tree_here(tree)
         parents: list[pygit2.Oid] = []
         number = 1
         if expected is not None:
@@ -276,7 +294,7 @@ class ReleaseChain:
                 raise ConflictError(f"expected release {expected} does not exist")
             parents = [parent.id]
             number = self._release_of(parent).number + 1
-        subject = f"v{number} {operation}"
+        subject = f"{release_name(number)} {operation}"
         if ask:
             subject += ": " + _short(ask)
         trailers = [f"Reef-Release: {number}", f"Reef-Operation: {operation}"]
@@ -406,9 +424,7 @@ class ReleaseChain:
     ) -> Candidate:
         """Store a candidate under the next free step number (never overwrites)."""
         repo = self._repo
-        tree_oid = pygit2.Oid(hex=str(tree))
-        if not isinstance(repo.get(tree_oid), pygit2.Tree):
-            raise InvalidInput(f"{tree} is not a tree in this repository", field="tree")
+        tree_oid = self._tree_here(tree)
         body = json.dumps(record or {}, ensure_ascii=False, indent=2, sort_keys=True)
         parents = [pygit2.Oid(hex=base.commit)] if base else []
         step = self._next_step()

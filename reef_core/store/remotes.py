@@ -11,7 +11,7 @@ a fetch can never touch a ref reef writes::
         tagOpt = --no-tags       # else auto-follow would write the remote's vN into refs/tags
         prune = true
 
-Everything lands in ``refs/remotes/<name>/…`` (the tracking refs); ``sync.py`` adopts from there
+Everything lands in ``refs/remotes/<name>/…`` (the tracking refs); ``adopt.py`` adopts from there
 into local refs, by compare-and-swap.  A ``git push`` to the named remote moves the tracking refs
 itself, so "what the remote has" needs no state of reef's own.
 
@@ -46,8 +46,10 @@ from reef_core.errors import InvalidInput, NotFound, StoreError
 from reef_core.store.repo import repo_config, write_config
 
 __all__ = [
+    "DEFAULT_TIMEOUT_S",
     "GitResult",
     "Outcome",
+    "Progress",
     "PushRow",
     "Remote",
     "add_remote",
@@ -66,8 +68,10 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _USERINFO_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*):[^@/\s]*@")
 _NICE = shutil.which("nice")
-# the packer's lock (packer.py): a fetch that ran during a failed repack could lose its
-# tmp_pack_* to the packer's clean-up of git leftovers, so a fetch takes it too
+#: how long one git command against a remote may take unless the caller says
+DEFAULT_TIMEOUT_S = 120.0
+#: told each line (or ``\r``-separated update) of a git command's stderr as it comes, redacted
+Progress = Callable[[str], None]
 
 #: for every git and git-lfs child: no prompt (a missing credential fails, never hangs), stable
 #: messages to classify, ssh that never asks (unless a person configured their own ssh command)
@@ -245,7 +249,7 @@ def run_git(
     arguments: Sequence[str],
     *,
     timeout: float,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> GitResult:
     """``git <arguments>`` in the repository at ``path``, as the module's docstring says; never
     raises for git's own failures (see :func:`classify`).  ``progress`` is given each line (or
@@ -351,6 +355,17 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.kind == "ok"
+
+    def describe(self) -> str:
+        """What a person reads of it in a report or a warning: the kind in words, then git's."""
+        what = {
+            "unreachable": "unreachable",
+            "auth": "credentials missing or refused",
+            "no_lfs": "no git-lfs API",
+            "failed": "failed",
+            "rejected": f"rejected ({self.reason})",
+        }.get(self.kind, self.kind)
+        return f"{what}: {self.message}" if self.message else what
 
 
 _NO_LFS = ("batch response: Repository or object not found",)

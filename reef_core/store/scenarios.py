@@ -33,13 +33,14 @@ from reef_core.errors import DiskFull, NotFound, StoreError
 from reef_core.ids import validate_scenario_name
 from reef_core.store.data import DataReader, data_ref
 from reef_core.store.installs import installed_adapters, note_install
+from reef_core.store.items import GroupEntry
 from reef_core.store.packer import Packer
 from reef_core.store.packs import remove_incomplete_packs
 from reef_core.store.releases import ReleaseChain
 from reef_core.store.repo import RepoHandle, WriterLock, clear_stale_ref_locks, init_bare
 from reef_core.store.scratch import leftovers
 from reef_core.store.space import SpaceWatch, out_of_space
-from reef_core.store.writer import SPARE_FILES, GroupCommitWriter, GroupEntry
+from reef_core.store.writer import SPARE_FILES, GroupCommitWriter
 
 __all__ = [
     "Scenario",
@@ -133,20 +134,13 @@ class Scenario(ScenarioReader):
         #: look at the tip and the swap, so they take turns instead of racing
         self.publish_lock = threading.RLock()
 
-    def append(
-        self,
-        kind: str,
-        body: Mapping[str, Any],
-        *,
-        summary: str = "",
-        trailers: Mapping[str, str] | None = None,
-        now: bool = False,
-    ) -> Future[str]:
+    def append(self, kind: str, body: Mapping[str, Any], **options: Any) -> Future[str]:
         """Queue an item; the future resolves to its id once it is committed.
 
-        ``now``: write it in this thread if the writer is idle (see ``GroupCommitWriter.submit``).
+        The options are ``GroupCommitWriter.submit``'s: ``summary`` and ``trailers`` for its
+        commit message, ``now`` to write it in this thread if the writer is idle.
         """
-        return self.writer.submit(kind, body, summary=summary, trailers=trailers, now=now)
+        return self.writer.submit(kind, body, **options)
 
     def append_in_loop(self, kind: str, body: Mapping[str, Any], **options: Any) -> asyncio.Future[str]:
         """:meth:`append` (same options) for an asyncio future of the running loop, or of

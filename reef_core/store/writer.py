@@ -17,17 +17,17 @@ same commit, under the same lock, ids still committed in the order they were giv
 daemon asks for that only when a request is the only one in flight, so nobody waits on the
 event loop meanwhile; a commit is then about 0.4 ms of Python and a handful of file-system
 calls, none of which creates or frees a file (``scratch.py``) or touches libgit2.
+
+Items are checked and serialised by ``items.py``; the trees a commit rewrites are kept in memory
+by ``trees.HotTree`` and go, with the blob and the commit, into one pack per batch (``packs.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import json
 import logging
 import os
 import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,33 +35,26 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pygit2
 
-from reef_core import jsonio
 from reef_core.errors import ConflictError, InvalidInput, OutOfFiles, StoreError
 from reef_core.ids import KINDS, IdGenerator, ItemId
 from reef_core.store.data import DATA_REF, DataReader, format_message, parse_counts
 from reef_core.store.descriptors import out_of_files
-from reef_core.store.packs import BLOB, COMMIT, PackBuilder, TreeEncoder
-from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, move_ref, read_ref, tree_at
+from reef_core.store.items import GroupEntry, Serialiser, check_item
+from reef_core.store.packs import BLOB, COMMIT, PackBuilder
+from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, move_ref, read_ref
 from reef_core.store.scratch import RefFiles, Spares
 from reef_core.store.space import SpaceWatch, out_of_space
+from reef_core.store.trees import HotTree
 
 __all__ = [
+    "SPARE_FILES",
     "GroupCommitWriter",
-    "GroupEntry",
-    "GroupItem",
-    "RawJSON",
 ]
 
 log = logging.getLogger(__name__)
 
-_RESERVED = ("id", "kind", "created_at")
-# what stands for a RawJSON value while the rest of an item is serialised (after a NUL, which
-# JSON writes as \u0000); the random part keeps anything a client sent from looking like it
-_RAW_MARK = f"reef-raw-{secrets.token_hex(8)}-"
-_DIR = pygit2.enums.FileMode.TREE
 _CAS_ATTEMPTS = 20
 # Larger items are written by the thread even when ``now`` is asked: hashing them would hold
 # the caller's thread (and the GIL) for more than the hand-over costs, while the thread's
@@ -84,64 +77,6 @@ class _Pending:
     trailers: Mapping[str, str]
     future: Future[str] | asyncio.Future[str]
     loop: asyncio.AbstractEventLoop | None = None  # the loop that owns ``future``, if asyncio's
-
-
-@dataclass(frozen=True)
-class GroupItem:
-    """One item of a group (:meth:`GroupCommitWriter.submit_group`)."""
-
-    kind: str
-    body: Mapping[str, Any]
-    summary: str = ""
-    trailers: Mapping[str, str] | None = None
-
-
-#: an item of a group, or a function of the ids issued to the group's items before it
-GroupEntry = GroupItem | Callable[[list[str]], GroupItem]
-
-
-class RawJSON(bytes):
-    """A value already serialised: one JSON value, UTF-8, on one line.  In an item's body it
-    is written into the item as it is, not parsed and serialised again (the daemon stores a
-    request as the client sent it: 1.2 ms saved on a 180 KB request).  The caller vouches for
-    it; the store checks only that it is one line."""
-
-
-class _Serialiser:
-    """Serialises items, with :class:`RawJSON` values spliced in.  One per writer, used under
-    its submit lock (it keeps the raw values of the item at hand)."""
-
-    def __init__(self) -> None:
-        self._raw: list[bytes] = []
-        self._encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=self._stand_in)
-
-    def __call__(self, document: dict[str, Any]) -> bytes:
-        fast = jsonio.dumps_or_none(document, default=_fragment)
-        if fast is not None:
-            return fast
-        # json writes it (see reef_core.jsonio), the raw values spliced in by stand-ins
-        self._raw.clear()
-        payload = self._encoder.encode(document).encode()
-        for n, value in enumerate(self._raw):
-            # the first occurrence is the stand-in itself: nothing a client sent can spell it
-            payload = payload.replace(f'"\\u0000{_RAW_MARK}{n}"'.encode(), value, 1)
-        return payload
-
-    def _stand_in(self, value: object) -> str:
-        self._raw.append(_checked(value))
-        return f"\0{_RAW_MARK}{len(self._raw) - 1}"
-
-
-def _checked(value: object) -> RawJSON:
-    if not isinstance(value, RawJSON):
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-    if b"\n" in value or b"\r" in value:
-        raise InvalidInput("raw JSON must be on one line", field="body")
-    return value
-
-
-def _fragment(value: object) -> orjson.Fragment:
-    return orjson.Fragment(bytes(_checked(value)))  # a Fragment takes exactly bytes, no subclass
 
 
 _STOP = object()
@@ -175,7 +110,7 @@ class GroupCommitWriter:
         self._ref = ref
         self._space = space
         self._fsync = fsync
-        self._hot: _HotTree | None = None
+        self._hot: HotTree | None = None
         self._hot_tip: str | None = None
         self._max_batch = max_batch
         self._on_batch = on_batch
@@ -185,7 +120,7 @@ class GroupCommitWriter:
         self._commit_lock = threading.Lock()
         self._queued = 0  # items queued and not yet written, guarded by _submit_lock
         self._closed = False
-        self._serialise = _Serialiser()  # used under _submit_lock
+        self._serialise = Serialiser()  # used under _submit_lock
         reader = DataReader(handle, ref=ref)
         self._counts = reader.counts()
         # continue after the newest id on this ref, so ids stay increasing across restarts (not
@@ -248,9 +183,7 @@ class GroupCommitWriter:
         self._submit(kind, body, future=future, loop=loop, **options)
         return future
 
-    def submit_group(
-        self, items: Sequence[GroupItem | Callable[[list[str]], GroupItem]]
-    ) -> Future[list[str]]:
+    def submit_group(self, items: Sequence[GroupEntry]) -> Future[list[str]]:
         """Queue ``items`` as one group: written in one batch, one ref move, never split, so
         either all of them are on the branch or none is.  The future resolves to their ids in
         order.  An item may be a function of the ids issued to the items before it, called
@@ -266,7 +199,7 @@ class GroupCommitWriter:
             group: list[_Pending] = []
             for given in items:  # an item that fails leaves the group unqueued
                 item = given([str(p.item_id) for p in group]) if callable(given) else given
-                _check_item(item.kind, item.body)
+                check_item(item.kind, item.body)
                 future: Future[str] = Future()
                 futures.append(future)
                 group.append(self._pending(item.kind, item.body, item.summary, item.trailers, future, None))
@@ -306,7 +239,7 @@ class GroupCommitWriter:
         trailers: Mapping[str, str] | None = None,
         now: bool = False,
     ) -> None:
-        _check_item(kind, body)
+        check_item(kind, body)
         with self._submit_lock:
             if self._closed:
                 raise StoreError(f"scenario {self._handle.path.stem} is closed")
@@ -512,7 +445,7 @@ class GroupCommitWriter:
             if self._hot is None:
                 # first batch, or the branch moved under us: start again from what is there
                 parent = None if tip is None else commit_at(self._handle.repo, tip)
-                self._hot = _HotTree(self._handle, None if parent is None else parent.tree_id)
+                self._hot = HotTree(self._handle, None if parent is None else parent.tree_id)
                 self._hot_tip = tip
                 self._counts = dict.fromkeys(KINDS, 0) if parent is None else parse_counts(parent.message)
             counts = dict(self._counts)
@@ -560,94 +493,6 @@ def commit_bytes(tree_hex: str, parent_hex: str | None, message: str) -> bytes:
     who = f"reef <reef@localhost> {int(time.time())} +0000"
     parent = f"parent {parent_hex}\n" if parent_hex else ""
     return f"tree {tree_hex}\n{parent}author {who}\ncommitter {who}\n\n{message}".encode()
-
-
-class _Node:
-    """One tree of the branch tip, held in memory as its serialised entries in git's order.
-
-    Keeping the entries serialised makes rewriting the tree one ``bytes.join``; new names
-    almost always sort last (ids grow with time), so inserting is an append, and a rewrite
-    that changes only the last entry's id hashes only that entry (:class:`TreeEncoder`).
-    """
-
-    __slots__ = ("children", "encoder", "entries", "keys", "parts")
-
-    def __init__(self, entries: dict[str, tuple[bool, bytes]]) -> None:
-        self.keys: list[bytes] = []  # git's sort keys: the name, plus "/" for a directory
-        self.parts: list[bytes] = []  # the serialised entry for each key
-        self.entries: dict[str, bytes] = {}  # name -> raw oid
-        self.encoder = TreeEncoder()
-        for name, (is_dir, oid) in entries.items():
-            self.set(name, is_dir, oid)
-        self.children: dict[str, _Node] = {}
-
-    def set(self, name: str, is_dir: bool, oid: bytes) -> None:
-        raw = name.encode()
-        key = raw + b"/" if is_dir else raw
-        part = (b"40000 " if is_dir else b"100644 ") + raw + b"\0" + oid
-        i = bisect.bisect_left(self.keys, key)
-        if i < len(self.keys) and self.keys[i] == key:
-            if i != len(self.parts) - 1 or len(part) != len(self.parts[i]):
-                self.encoder.forget()
-            self.parts[i] = part
-        else:
-            self.encoder.forget()
-            self.keys.insert(i, key)
-            self.parts.insert(i, part)
-        self.entries[name] = oid
-
-    def add_to(self, pack: PackBuilder) -> bytes:
-        """Add this tree to ``pack``; returns its id."""
-        return self.encoder.add(pack, self.parts)
-
-
-class _HotTree:
-    """The tip's tree along the paths being written, so appends never read the object store.
-
-    Ids grow with time, so each kind's writes always land in its newest subtree: only that
-    path is kept (:meth:`prune`), and memory stays flat however long the branch grows.
-    """
-
-    def __init__(self, handle: RepoHandle, tree: pygit2.Oid | None) -> None:
-        self._handle = handle  # each thread that writes reads through its own repository
-        self.root = self._load(tree) if tree is not None else _Node({})
-
-    def _load(self, oid: pygit2.Oid | bytes) -> _Node:
-        tree = tree_at(self._handle.repo, oid if isinstance(oid, pygit2.Oid) else pygit2.Oid(raw=oid))
-        return _Node({e.name or "": (e.filemode == _DIR, e.id.raw) for e in tree})
-
-    def insert(self, parts: list[str], blob: bytes, pack: PackBuilder) -> bytes:
-        """Put ``blob`` at ``parts``; adds the rewritten trees to ``pack``; returns the root's id."""
-        return self._insert(self.root, parts, blob, pack)
-
-    def _insert(self, node: _Node, parts: list[str], blob: bytes, pack: PackBuilder) -> bytes:
-        name = parts[0]
-        if len(parts) == 1:
-            node.set(name, False, blob)
-        else:
-            child = node.children.get(name)
-            if child is None:
-                existing = node.entries.get(name)
-                child = self._load(existing) if existing else _Node({})
-                node.children[name] = child
-            node.set(name, True, self._insert(child, parts[1:], blob, pack))
-        return node.add_to(pack)
-
-    def prune(self) -> None:
-        for kind_node in self.root.children.values():
-            node = kind_node
-            while node.children:
-                newest = max(node.children)
-                node.children = {newest: node.children[newest]}
-                node = node.children[newest]
-
-
-def _check_item(kind: str, body: Mapping[str, Any]) -> None:
-    if kind not in KINDS:
-        raise InvalidInput(f"unknown item kind {kind!r}", field="kind")
-    clash = [key for key in _RESERVED if key in body]
-    if clash:
-        raise InvalidInput(f"field {clash[0]!r} is set by the store", field=clash[0])
 
 
 def _joined(futures: list[Future[str]]) -> Future[list[str]]:

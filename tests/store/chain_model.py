@@ -80,6 +80,8 @@ import pygit2
 
 from reef_core.errors import ConflictError
 from reef_core.store import RELEASE_REF, Scenario, Store, StoreOptions, build_tree, parse_trailers
+from reef_core.store import adopt as adopt_module
+from reef_core.store import push as push_module
 from reef_core.store import remotes as remotes_module
 from reef_core.store import sync as sync_module
 from reef_core.store.releases import ReleaseChain
@@ -299,8 +301,9 @@ class _Steps:
             "create_ref_exclusive",
             "run_git",
         ):
-            if hasattr(sync_module, name):  # the steps sync.py has now
-                setattr(sync_module, name, self.wrap(getattr(sync_module, name), name))
+            for module in (sync_module, adopt_module, push_module):  # where the steps live
+                if hasattr(module, name):  # the steps the sync modules have now
+                    setattr(module, name, self.wrap(getattr(module, name), name))
         for name in ("_swap", "_tag_ref", "repair_tags", "create_candidate", "mark_pending"):
             setattr(ReleaseChain, name, self.wrap(getattr(ReleaseChain, name), name))
         steps = self

@@ -19,7 +19,7 @@ from reef_core.store import DATA_REF, RawJSON, Store, StoreOptions
 from reef_core.store import writer as writer_module
 from reef_core.store.packs import STORE_MAX, TREE, PackBuilder, TreeEncoder, _store
 from reef_core.store.scratch import SCRATCH_DIR
-from reef_core.store.writer import _Node
+from reef_core.store.trees import TreeNode as _Node
 from tests.conftest import git, wait_for
 
 
