@@ -36,7 +36,7 @@ import torch
 from recipes.grpo.objective import estimate_reward, group_advantages, policy_step
 from recipes.grpo.samples import Sample
 from reef_core.models.tiny import checkpoint, corpus, default_pretrain_seconds, ensure_pretrained
-from reef_core.upstream.local import LocalEngine, _parse
+from reef_core.upstream.local import LocalEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,18 +172,18 @@ def main() -> None:
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
     base = ensure_pretrained(ROOT / ".cache" / "models" / "tiny", seconds=default_pretrain_seconds())
     engine = LocalEngine(base)
-    request = _parse(
+    request = engine._parse(
         json.dumps(
             {"messages": [{"role": "user", "content": "how is the river?"}], "max_tokens": 48}
         ).encode()
     )
 
     def answer(prompt: str) -> Sample:
-        body = _parse(
+        body = engine._parse(
             json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": 48}).encode()
         )
-        reply, extras = engine._generate(body, "bench")
-        text = reply["choices"][0]["message"]["content"]
+        reply = engine._generate(body, "bench", None)
+        text, extras = reply.text, reply.extras
         return Sample(
             "r",
             "p",
@@ -194,7 +194,7 @@ def main() -> None:
             0,
         )
 
-    gen_s, _ = timed(lambda: engine._generate(request, "bench"), 30)
+    gen_s, _ = timed(lambda: engine._generate(request, "bench", None), 30)
     prompts = corpus.train_prompts(n=60)
     groups = [[answer(p) for _ in range(8)] for p in prompts[:2]]
     for p in prompts[2:]:

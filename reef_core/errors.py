@@ -15,7 +15,10 @@
     └── UpstreamError         the model endpoint failed us
         ├── UpstreamRejected  it answered 4xx (status and body kept, relayed to the caller)
         ├── UpstreamUnavailable  connection refused or reset, 5xx, no upstream configured
-        └── UpstreamTimeout   it did not answer in time
+        │   └── EngineExited  a managed SGLang server ended or never got ready (log tail kept)
+        ├── UpstreamTimeout   it did not answer in time
+        ├── WeightSwapError   an SGLang hot-swap did not take effect (the failed stage named)
+        └── TokenCaptureError  SGLang answered without the token ids and logprobs asked for
 
 Each class names its HTTP status (``http_status``), which the daemon answers with and the
 client reads back; the CLI maps them to exit codes in one place;
@@ -29,6 +32,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "DiskFull",
+    "EngineExited",
     "InvalidInput",
     "NotFound",
     "OutOfFiles",
@@ -37,11 +41,13 @@ __all__ = [
     "RemoteError",
     "ScenarioLocked",
     "StoreError",
+    "TokenCaptureError",
     "Unauthorized",
     "UpstreamError",
     "UpstreamRejected",
     "UpstreamTimeout",
     "UpstreamUnavailable",
+    "WeightSwapError",
 ]
 
 
@@ -155,3 +161,31 @@ class UpstreamUnavailable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
     http_status = 504
+
+
+class EngineExited(UpstreamUnavailable):
+    """The managed SGLang server process ended (or never got ready); the log tail says why."""
+
+    code = "engine_exited"
+
+    def __init__(self, message: str, *, returncode: int | None, log_tail: str) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.log_tail = log_tail
+
+
+class WeightSwapError(UpstreamError):
+    """An SGLang hot-swap did not take effect; ``stage`` names the step that failed."""
+
+    code = "weight_swap_failed"
+
+    def __init__(self, message: str, *, stage: str, server_message: str = "") -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.server_message = server_message
+
+
+class TokenCaptureError(UpstreamError):
+    """SGLang answered, but without the token ids and logprobs reef asked for."""
+
+    code = "token_capture_failed"

@@ -8,7 +8,6 @@ import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -36,6 +35,7 @@ from reef_core.hosts import is_loopback
 from reef_core.learning import RecipeContext
 from reef_core.store import Scenario, Store, StoreOptions
 from reef_core.upstream import UpstreamClient
+from reef_core.upstream.choice import engine_loader
 
 __all__ = [
     "OPEN_WARNING_EVERY_S",
@@ -44,46 +44,13 @@ __all__ = [
     "check_listening",
     "open_without_token",
     "serve",
-    "wants_local_model",
     "warn_while_open",
 ]
 
 log = logging.getLogger("reef")
 
-BUILTIN_TINY = "builtin:tiny"
-
 #: seconds between the warnings of a daemon that listens beyond loopback with no token
 OPEN_WARNING_EVERY_S = 3600.0
-
-
-def wants_local_model(settings: Settings) -> bool:
-    """A model served in-process: ``builtin:tiny`` when asked for (and by default when no upstream
-    is configured), or a ``transformers`` model (:func:`transformers_model`)."""
-    path = settings.inference.model_path
-    if path is not None and path != BUILTIN_TINY:
-        return transformers_model(settings) is not None
-    return path == BUILTIN_TINY or not settings.inference.upstream_url
-
-
-def transformers_model(settings: Settings, cache: Path | None = None) -> Any:  # -> hf.ModelSource | None
-    """The model ``--inference.model-path`` names for the ``transformers`` backend, resolved (a
-    missing or broken one is a :class:`ConfigError` naming the path, before the daemon listens);
-    None for ``builtin:tiny`` and no model path.  The backend is chosen by the path (a model
-    directory, a ``.gguf`` file, a Hugging Face cache name, ``builtin:smollm2``) or by
-    ``--inference.backend transformers``."""
-    from reef_core.models import hf
-
-    path = settings.inference.model_path
-    if path is None or path == BUILTIN_TINY:
-        return None
-    if settings.inference.backend != "transformers" and not hf.is_transformers_model(path):
-        raise ConfigError(
-            f"inference.model-path {path!r} is not a model reef can serve in-process: give a model "
-            f"directory, a .gguf file, a Hugging Face model already in the local cache, "
-            f"{hf.BUILTIN_SMOLLM2} or {BUILTIN_TINY} (reef never downloads a model)",
-            field="inference.model_path",
-        )
-    return hf.resolve(path, cache=cache)
 
 
 def open_without_token(settings: Settings) -> bool:
@@ -198,13 +165,10 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(install_routes.routes)
     app.add_routes(syncing.routes)
 
-    source = transformers_model(settings, Path(cache_dir))
+    load_engine = engine_loader(settings, Path(cache_dir))  # None: the HTTP upstream answers
 
     async def start_local_model(app: web.Application) -> None:
-        if source is not None:
-            engine = await asyncio.to_thread(_transformers_engine, source, Path(cache_dir))
-        else:
-            engine = await asyncio.to_thread(_local_engine, Path(cache_dir), settings)
+        engine = await asyncio.to_thread(load_engine) if load_engine is not None else None
         if engine is not None:
             daemon.upstream = daemon.engine = context.engine = engine
             daemon.upstream_format = "openai"
@@ -222,7 +186,7 @@ def build_app(settings: Settings) -> web.Application:
         await daemon.upstream.close()
         await daemon.scenarios.close()  # writes everything queued before the locks go
 
-    if wants_local_model(settings):
+    if load_engine is not None:
         app.on_startup.append(start_local_model)
     app.on_startup.append(lend_model)
     app.on_startup.append(sweep_idle_scenarios)
@@ -233,39 +197,6 @@ def build_app(settings: Settings) -> web.Application:
 def announce(app: web.Application, url: str) -> None:
     """Tell the recipes where harnesses reach this daemon (known once it listens)."""
     app[DAEMON].learners.context.daemon_url = url
-
-
-def _local_engine(cache_dir: Path, settings: Settings):  # -> LocalEngine | None
-    """Load (pretraining on first use) the embedded model, if torch is installed."""
-    try:
-        from reef_core.models.tiny import default_pretrain_seconds, ensure_pretrained
-        from reef_core.upstream.local import LocalEngine
-    except ImportError as exc:
-        if settings.inference.model_path == BUILTIN_TINY:
-            raise ConfigError(
-                f"{BUILTIN_TINY} needs torch, which is not installed ({exc}): "
-                "run scripts/setup.sh, or pip install 'reef[model]'",
-                field="inference.model_path",
-            ) from exc
-        log.warning("no upstream configured and torch is not installed: inference will answer 502")
-        return None
-    seconds = default_pretrain_seconds()
-    log.info("loading %s (pretraining %.0fs on first use; cache: %s)", BUILTIN_TINY, seconds, cache_dir)
-    checkpoint = ensure_pretrained(cache_dir / "tiny", seconds=seconds, log=log.info)
-    return LocalEngine(checkpoint)
-
-
-def _transformers_engine(source: Any, cache_dir: Path) -> Any:  # -> TransformersEngine
-    """Load a ``transformers`` model (a GGUF is converted once into the model cache)."""
-    from transformers.utils import logging as transformers_logging
-
-    from reef_core.models import hf
-    from reef_core.upstream.transformers_engine import TransformersEngine
-
-    transformers_logging.disable_progress_bar()  # a daemon's log is lines, not progress bars
-    log.info("loading %s with transformers (cache: %s)", source.spec, cache_dir)
-    model, tokenizer = hf.load(source, cache=cache_dir)
-    return TransformersEngine(model, tokenizer, model_name=source.spec, identity=source.sha256)
 
 
 def settle_heap() -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -11,8 +10,9 @@ import aiohttp
 
 from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from reef_core.upstream.lean import LeanHTTP, LeanStream
+from reef_core.upstream.seam import Answerer, Ask, UpstreamReply
 
-__all__ = ["UpstreamClient", "UpstreamNotImplemented", "UpstreamReply", "UpstreamStream", "origin"]
+__all__ = ["UpstreamClient", "UpstreamNotImplemented", "UpstreamStream", "origin"]
 
 _BODY_PREVIEW = 300
 
@@ -20,15 +20,6 @@ _BODY_PREVIEW = 300
 class UpstreamNotImplemented(UpstreamUnavailable):
     """The upstream answered 501: it does not implement that route.  Answered like any 5xx
     (a 502); a route that can do without it (``/v1/responses``) may ask another way."""
-
-
-@dataclass(frozen=True)
-class UpstreamReply:
-    status: int
-    content_type: str
-    body: bytes
-    #: what a local engine knows beyond the wire answer (token ids, log-probs, weight version)
-    extras: dict[str, Any] | None = None
 
 
 class UpstreamStream:
@@ -53,7 +44,7 @@ class UpstreamStream:
         self._response.close()
 
 
-class UpstreamClient:
+class UpstreamClient(Answerer):
     """One pooled aiohttp session for the daemon's lifetime."""
 
     def __init__(
@@ -112,52 +103,38 @@ class UpstreamClient:
         if self._session is not None:
             await self._session.close()
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes | None = None,
-        query: str = "",
-        scenario: str | None = None,
-    ) -> UpstreamReply:
-        """Send a request and read the whole answer; 4xx raises :class:`UpstreamRejected`.
-
-        ``scenario`` is for engines that serve per-scenario weights; an HTTP upstream ignores it.
-        """
-        target = self._prefix + path + (f"?{query}" if query else "")
+    async def _request(self, ask: Ask) -> UpstreamReply:
+        target = self._prefix + ask.path + (f"?{ask.query}" if ask.query else "")
         lean = self._lean
-        if lean is not None and method == "POST" and body is not None and LeanHTTP.accepts(target, headers):
-            answer = await lean.post(target, headers, body)
+        if (
+            lean is not None
+            and ask.method == "POST"
+            and ask.body is not None
+            and LeanHTTP.accepts(target, ask.headers)
+        ):
+            answer = await lean.post(target, ask.headers, ask.body)
             content_type = answer.headers.get("content-type", "")
             _raise_for_status(answer.status, answer.body, content_type)
             return UpstreamReply(answer.status, content_type, answer.body)
-        url = self._url(path, query)
+        url = self._url(ask.path, ask.query)
         try:
-            async with self._ensure().request(method, url, data=body, headers=dict(headers)) as response:
+            async with self._ensure().request(
+                ask.method, url, data=ask.body, headers=dict(ask.headers)
+            ) as response:
                 data = await response.read()
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream {self.name} did not answer {path} in time") from exc
+            raise UpstreamTimeout(f"upstream {self.name} did not answer {ask.path} in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamUnavailable(f"upstream {self.name} unreachable: {self._describe(exc)}") from exc
         _raise_for_status(response.status, data, response.headers.get("Content-Type", ""))
         return UpstreamReply(response.status, response.headers.get("Content-Type", ""), data)
 
-    async def stream(
-        self,
-        path: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes,
-        query: str = "",
-        scenario: str | None = None,
-    ) -> UpstreamStream | LeanStream:
-        """POST and return the open response once its headers arrived (status checked)."""
-        target = self._prefix + path + (f"?{query}" if query else "")
+    async def _stream(self, ask: Ask) -> UpstreamStream | LeanStream:
+        target = self._prefix + ask.path + (f"?{ask.query}" if ask.query else "")
+        body = ask.body or b""
         lean = self._lean
-        if lean is not None and LeanHTTP.accepts(target, headers):
-            answer = await lean.stream(target, headers, body)
+        if lean is not None and LeanHTTP.accepts(target, ask.headers):
+            answer = await lean.stream(target, ask.headers, body)
             if answer.status >= 400:
                 try:
                     data = await answer.read()
@@ -167,11 +144,11 @@ class UpstreamClient:
                     answer.close()
                 _raise_for_status(answer.status, data, answer.content_type)
             return answer
-        url = self._url(path, query)
+        url = self._url(ask.path, ask.query)
         try:
-            response = await self._ensure().post(url, data=body, headers=dict(headers))
+            response = await self._ensure().post(url, data=body, headers=dict(ask.headers))
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream {self.name} did not answer {path} in time") from exc
+            raise UpstreamTimeout(f"upstream {self.name} did not answer {ask.path} in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamUnavailable(f"upstream {self.name} unreachable: {self._describe(exc)}") from exc
         if response.status >= 400:

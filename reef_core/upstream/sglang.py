@@ -1,22 +1,23 @@
 """Driving an SGLang 0.5.23 server: launch or attach, token-exact chat, and weight hot-swaps.
 
 Owns: the command line that starts ``sglang.launch_server``, the managed process group and its
-log, readiness, the SGLang-specific chat fields that return the engine's own prompt and output
-token ids with per-token logprobs, and the disk hot-swap
+log, readiness, asking for the SGLang-specific chat fields that return the engine's own prompt and
+output token ids with per-token logprobs, and the disk hot-swap
 (pause → update_weights_from_disk → continue → verify ``/model_info``).
-Does not own: recording or scoring (the daemon), writing checkpoints (the store, the trainer).
+Does not own: reading those fields (:mod:`reef_core.upstream.sglang_tokens`), its errors
+(``reef_core.errors``), recording or scoring (the daemon), writing checkpoints (the store, the
+trainer).
 
 GPU-only and optional.  SGLang pins its own torch and transformers, so it always runs in a
 separate environment and this module reaches it over HTTP only: it never imports ``sglang``, and
 nothing on the CPU path imports this module.
-May import: aiohttp, ``reef_core.errors``.
+May import: aiohttp, ``reef_core.errors``, ``reef_core.upstream.sglang_tokens``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import signal
 import subprocess
@@ -32,61 +33,25 @@ from typing import Any
 import aiohttp
 
 from reef_core.errors import (
+    EngineExited,
     InvalidInput,
     StoreError,
+    TokenCaptureError,
     UpstreamError,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
+    WeightSwapError,
 )
+from reef_core.upstream.sglang_tokens import TokenizedChat, parse_tokenized_chat
 
-__all__ = [
-    "EngineExited",
-    "SGLangLaunch",
-    "SGLangRuntime",
-    "SwapResult",
-    "TokenCaptureError",
-    "TokenizedChat",
-    "WeightSwapError",
-    "parse_tokenized_chat",
-]
+__all__ = ["SGLangLaunch", "SGLangRuntime", "SwapResult"]
 
 _LOG_TAIL = 4000  # characters of the server log quoted in errors
 _PREVIEW = 500  # characters of a server answer quoted in errors
 _CONTROL_TIMEOUT = 60.0  # pause, continue, flush, model_info
 _CONTINUE_FLOOR = 30.0  # continue_generation gets at least this long, even past the swap deadline
 _POLL_FIRST, _POLL_MAX = 0.1, 1.0  # readiness polling interval: start, cap
-
-
-# ------------------------------------------------------------------------------------------- errors
-
-
-class WeightSwapError(UpstreamError):
-    """A hot-swap did not take effect; ``stage`` names the step that failed."""
-
-    code = "weight_swap_failed"
-
-    def __init__(self, message: str, *, stage: str, server_message: str = "") -> None:
-        super().__init__(message)
-        self.stage = stage
-        self.server_message = server_message
-
-
-class EngineExited(UpstreamUnavailable):
-    """The managed server process ended (or never got ready); the log tail says why."""
-
-    code = "engine_exited"
-
-    def __init__(self, message: str, *, returncode: int | None, log_tail: str) -> None:
-        super().__init__(message)
-        self.returncode = returncode
-        self.log_tail = log_tail
-
-
-class TokenCaptureError(UpstreamError):
-    """The engine answered, but without the token ids and logprobs reef asked for."""
-
-    code = "token_capture_failed"
 
 
 # ------------------------------------------------------------------------------------------- values
@@ -127,17 +92,6 @@ class SGLangLaunch:
 
 
 @dataclass(frozen=True)
-class TokenizedChat:
-    """One non-streaming chat answer with the engine's own tokens: training rows need no tokenizer."""
-
-    response: dict[str, Any]
-    prompt_ids: list[int]
-    output_ids: list[int]
-    logprobs: list[float]
-    weight_version: str | None
-
-
-@dataclass(frozen=True)
 class SwapResult:
     weight_version: str
     model_path: str
@@ -160,94 +114,6 @@ class _Reply:
             return json.loads(self.body)
         except ValueError:
             return None
-
-
-# ------------------------------------------------------------------------------------------ parsing
-
-
-def parse_tokenized_chat(response: Mapping[str, Any]) -> TokenizedChat:
-    """Read prompt ids, output ids and per-token logprobs from a ``/v1/chat/completions`` answer.
-
-    SGLang 0.5.23 puts them on the first choice: ``prompt_token_ids`` (``return_prompt_token_ids``),
-    ``token_ids`` (``return_token_ids``; some notes call it ``response_token_ids``), OpenAI-style
-    ``logprobs.content[].logprob`` (``logprobs``), and ``meta_info.output_token_logprobs`` as
-    ``[logprob, token_id, text]`` triples (``return_meta_info``), which is the fallback for both
-    ids and logprobs.  ``metadata.weight_version`` names the weights that produced the answer.
-    """
-    choices = response.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise TokenCaptureError("the chat answer has no choices")
-    if len(choices) > 1:
-        raise TokenCaptureError(f"expected one choice, the chat answer has {len(choices)}")
-    choice = choices[0]
-    raw_meta = choice.get("meta_info")
-    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
-    triples = meta.get("output_token_logprobs")
-    triples = triples if isinstance(triples, list) else None
-
-    prompt_ids = _int_list(choice.get("prompt_token_ids"), "prompt_token_ids")
-    if prompt_ids is None:
-        raise TokenCaptureError(
-            "the chat answer carries no prompt_token_ids (is this SGLang >= 0.5.13, "
-            f"and was return_prompt_token_ids sent?); choice keys: {sorted(choice)}"
-        )
-
-    output_ids = _int_list(choice.get("token_ids"), "token_ids")
-    if output_ids is None:
-        output_ids = _int_list(choice.get("response_token_ids"), "response_token_ids")
-    if output_ids is None and triples is not None:
-        output_ids = _int_list([_triple(t, 1) for t in triples], "meta_info.output_token_logprobs")
-    if output_ids is None:
-        raise TokenCaptureError(f"the chat answer carries no output token ids; choice keys: {sorted(choice)}")
-
-    logprobs = _openai_logprobs(choice.get("logprobs"))
-    if logprobs is None and triples is not None:
-        logprobs = _float_list([_triple(t, 0) for t in triples])
-    if logprobs is None:
-        raise TokenCaptureError("the chat answer carries no per-token logprobs (was logprobs sent?)")
-    if len(logprobs) != len(output_ids):
-        raise TokenCaptureError(
-            f"{len(output_ids)} output token ids but {len(logprobs)} logprobs in the chat answer"
-        )
-
-    version = None
-    for holder in (response.get("metadata"), meta):
-        if isinstance(holder, Mapping) and holder.get("weight_version") is not None:
-            version = str(holder["weight_version"])
-            break
-    return TokenizedChat(dict(response), prompt_ids, output_ids, logprobs, version)
-
-
-def _triple(item: Any, position: int) -> Any:
-    if isinstance(item, list | tuple) and len(item) > position:
-        return item[position]
-    raise TokenCaptureError(f"malformed meta_info.output_token_logprobs entry: {item!r}")
-
-
-def _int_list(value: Any, name: str) -> list[int] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise TokenCaptureError(f"{name} is not a list of token ids")
-    return list(value)
-
-
-def _float_list(values: list[Any]) -> list[float]:
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise TokenCaptureError(f"logprob {v!r} is not a finite number")
-        out.append(float(v))
-    return out
-
-
-def _openai_logprobs(value: Any) -> list[float] | None:
-    if not isinstance(value, Mapping) or not isinstance(value.get("content"), list):
-        return None
-    entries = value["content"]
-    if not all(isinstance(e, Mapping) and "logprob" in e for e in entries):
-        raise TokenCaptureError("logprobs.content entries lack a logprob")
-    return _float_list([e["logprob"] for e in entries])
 
 
 # ------------------------------------------------------------------------------------------ runtime

@@ -1,10 +1,10 @@
 """A Hugging Face causal LM served in-process through ``transformers``, as an OpenAI-compatible
 upstream (``--inference.backend transformers``).
 
-Like the embedded model's engine (:mod:`reef_core.upstream.local`), it implements the daemon's
-upstream seam, so translation (Anthropic clients), relaying and recording have no special case,
-and it adds what only a local engine knows: every answer's prompt and response token ids, their
-log-probs and the weight version (``extras``), which the record keeps for training.
+The routes, the request checks every engine shares, the answer and its stream, the token record
+(``extras``) and the swap under the decoding lock are the base's
+(:class:`reef_core.upstream.engine.Engine`, as for the embedded model); what this module adds is
+below: the chat template, top-p and stop sequences, batched decoding, and LoRA adapters.
 
 **Generation.**  One worker thread owns the model.  Requests wait in a queue; the worker takes
 every request waiting (up to :data:`MAX_BATCH`) and decodes them together, one forward pass per
@@ -39,24 +39,21 @@ decodes), so no answer mixes two versions.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import inspect
-import json
 import queue
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from reef_core.errors import ConfigError, InvalidInput, UpstreamRejected
-from reef_core.upstream.client import UpstreamReply
-from reef_core.upstream.seam import local_route
+from reef_core.errors import ConfigError, InvalidInput
+from reef_core.upstream.engine import Answer, Emit, Engine
 
 # peft says so on every swap (the worker sets the adapter of each batch itself), and transformers
 # warns of its own deprecated call inside peft: noise in the daemon's log, nothing to act on
@@ -73,8 +70,6 @@ GATHER_GAP_S = 0.01
 #: nucleus sampling looks for the top-p tokens among the most likely TOP_K first (a partial
 #: selection instead of sorting the whole vocabulary, which cost a quarter of a batch's time)
 TOP_K = 2048
-_MAX_NEW_TOKENS = 1024
-_DEFAULT_NEW_TOKENS = 256
 _MAX_STOPS = 4
 #: the adapter an engine builds when a swap names no settings (``adapter_config.json`` keys)
 LORA_DEFAULTS: dict[str, Any] = {
@@ -97,46 +92,9 @@ class _Job:
     top_p: float
     stop: list[str]
     generator: torch.Generator | None
-    emit: Callable[[str | None], None] | None  # a streaming client's next piece of text
+    emit: Emit | None  # a streaming client's next piece of text
     scenario: str | None = None  # whose adapter answers
-    done: Future = field(default_factory=Future)  # (text, response ids, log-probs, finish, version)
-
-
-class _LiveStream:
-    """An answer streamed as it is generated: OpenAI SSE chunks, one per new piece of text."""
-
-    status = 200
-
-    def __init__(self, pieces: asyncio.Queue, head: dict[str, Any], job: _Job, include_usage: bool) -> None:
-        self._pieces = pieces
-        self._head = head
-        self._job = job
-        self._include_usage = include_usage
-        #: filled when the answer is complete (the record reads it then)
-        self.extras: dict[str, Any] = {}
-
-    def _event(self, choices: list[dict[str, Any]], **more: Any) -> bytes:
-        return b"data: " + json.dumps({**self._head, "choices": choices, **more}).encode() + b"\n\n"
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        yield self._event(
-            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
-        )
-        while True:
-            piece = await self._pieces.get()
-            if piece is None:
-                break
-            yield self._event([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
-        text, tokens, logprobs, finish, extras = await asyncio.wrap_future(self._job.done)
-        del text, tokens, logprobs
-        self.extras.update(extras)
-        yield self._event([{"index": 0, "delta": {}, "finish_reason": finish}])
-        if self._include_usage:
-            yield self._event([], usage=_usage(self._job.prompt, extras["response_ids"]))
-        yield b"data: [DONE]\n\n"
-
-    def close(self) -> None:
-        pass
+    done: Future[Answer] = field(default_factory=Future)
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,18 +111,21 @@ class _Served:
 _BASE = _Served(None, 0)
 
 
-class TransformersEngine:
-    """Implements :class:`~reef_core.upstream.seam.Answerer` for a ``transformers`` causal LM."""
+class TransformersEngine(Engine[_Served]):
+    """The :class:`~reef_core.upstream.engine.Engine` of a ``transformers`` causal LM; the grpo
+    recipe trains a LoRA adapter per scenario on it (:meth:`swap`)."""
 
-    configured = True
-    #: the grpo recipe trains engines that say so: here a LoRA adapter per scenario (:meth:`swap`)
-    trainable = True
+    label = "the local model"
+    id_prefix = "chatcmpl-reef"
+    default_new_tokens = 256
+    max_new_tokens = 1024
+    lowest_temperature = 0.0
+    temperature_error = "temperature must be a number from 0 to 2"
 
     def __init__(self, model: Any, tokenizer: Any, *, model_name: str, identity: str = "") -> None:
+        super().__init__(model_name, _BASE)
         self.model = model
         self.tokenizer = tokenizer
-        self.model_name = model_name
-        self.base_url: str | None = model_name
         self.identity = identity  # the base model's sha256
         self.device = next(model.parameters()).device
         self.context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
@@ -178,21 +139,14 @@ class TransformersEngine:
         # transformers 5 renamed the KV cache argument (and output) from past_key_values to cache
         self._cache = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._counter = 0
-        self._served: dict[str, _Served] = {}
         self._adapted: Any = None  # the peft model over a shared copy, built at the first adapter
         self._names = 0
-        self._lock = threading.Lock()  # held while a batch decodes; a swap waits for it
         #: how the worker has batched: batches decoded, and the most requests in one
         self.stats = {"batches": 0, "largest": 0}
         self._worker = threading.Thread(target=self._work, name="reef-transformers", daemon=True)
         self._worker.start()
 
     # -- weights -----------------------------------------------------------------------------
-
-    def version(self, scenario: str | None) -> int:
-        """The weight version ``scenario`` is served (0: the base model)."""
-        return self._served.get(scenario or "", _BASE).version
 
     def shared_copy(self) -> Any:
         """A copy of the base model whose modules are its own but whose weights are the base's
@@ -211,7 +165,7 @@ class TransformersEngine:
         from peft import get_peft_model_state_dict
 
         with self._lock:
-            served = self._served.get(scenario or "", _BASE)
+            served = self._serving(scenario)
             if served.adapter is None:
                 return None, served.version
             state = get_peft_model_state_dict(
@@ -232,17 +186,16 @@ class TransformersEngine:
         from the next batch on, or the base model for ``None``; returns the seconds it took
         (including the wait for the batch in flight).  An adapter that does not fit the model is
         refused and what was served stays."""
-        started = time.perf_counter()
         settings = _lora_settings(config)
-        with self._lock:
-            old = self._served.get(scenario, _BASE)
+
+        def install(old: _Served) -> _Served:
             new = _Served(None, version)
             if adapter_state is not None:
                 new = _Served(self._install(dict(adapter_state), settings), version, settings)
-            if old.adapter is not None:
-                self._adapted.delete_adapter(old.adapter)
-            self._served[scenario] = new
-        return time.perf_counter() - started
+            self._retire(old)
+            return new
+
+        return self._swap(scenario, install)
 
     def swap_weights(self, scenario: str, state: Mapping[str, torch.Tensor] | None, version: int) -> float:
         """Serve ``scenario`` a whole model of its own with ``state`` as its weights (every tensor
@@ -258,18 +211,23 @@ class TransformersEngine:
             except (RuntimeError, KeyError) as exc:
                 raise ConfigError(f"the weights do not fit {self.model_name}: {exc}") from exc
             model.eval().requires_grad_(False)
-        with self._lock:
-            old = self._served.get(scenario, _BASE)
-            if old.adapter is not None:
-                self._adapted.delete_adapter(old.adapter)
-            self._served[scenario] = _Served(None, version, model=model)
-        return time.perf_counter() - started
+
+        def install(old: _Served) -> _Served:
+            self._retire(old)
+            return _Served(None, version, model=model)
+
+        return self._swap(scenario, install, started=started)
+
+    def _retire(self, old: _Served) -> None:
+        """Drop the adapter a scenario was served (called under the lock, as it is replaced)."""
+        if old.adapter is not None:
+            self._adapted.delete_adapter(old.adapter)
 
     def weights_state(self, scenario: str | None) -> tuple[dict[str, torch.Tensor] | None, int]:
         """A private copy of the whole-model weights ``scenario`` is served (``None``: the base
         model, or an adapter), and its version."""
         with self._lock:
-            served = self._served.get(scenario or "", _BASE)
+            served = self._serving(scenario)
             if served.model is None:
                 return None, served.version
             return {k: v.detach().clone() for k, v in served.model.state_dict().items()}, served.version
@@ -309,76 +267,31 @@ class TransformersEngine:
         self._adapted.eval()
         return name
 
-    # -- the upstream surface ----------------------------------------------------------------
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes | None = None,
-        query: str = "",
-        scenario: str | None = None,
-    ) -> UpstreamReply:
-        other = local_route(method, path, self.model_name, "the local model")
-        if other is not None:
-            return other
-        request = self._parse(body)
-        job = self._submit(request, emit=None, scenario=scenario)
-        text, tokens, _, finish, extras = await asyncio.wrap_future(job.done)
-        answer = {
-            **self._head(request),
-            "object": "chat.completion",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": finish,
-                    "logprobs": None,
-                }
-            ],
-            "usage": _usage(job.prompt, tokens),
-        }
-        return UpstreamReply(200, "application/json", json.dumps(answer).encode(), extras)
-
-    async def stream(
-        self,
-        path: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes,
-        query: str = "",
-        scenario: str | None = None,
-    ) -> _LiveStream:
-        if path != "/v1/chat/completions":
-            raise UpstreamRejected(f"the local model does not serve {path}", status=404, body=b"{}")
-        request = self._parse(body)
-        loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[str | None] = asyncio.Queue()
-
-        def emit(piece: str | None) -> None:
-            loop.call_soon_threadsafe(pieces.put_nowait, piece)
-
-        job = self._submit(request, emit=emit, scenario=scenario)
-        head = {**self._head(request), "object": "chat.completion.chunk"}
-        return _LiveStream(pieces, head, job, request["include_usage"])
-
-    async def close(self) -> None:
-        self._jobs.put(None)
-
     # -- requests ----------------------------------------------------------------------------
 
-    def _head(self, request: dict[str, Any]) -> dict[str, Any]:
-        self._counter += 1
-        return {
-            "id": f"chatcmpl-reef-{self._counter}",
-            "created": int(time.time()),
-            "model": request["model"] or self.model_name,
-        }
+    def _options(self, data: dict[str, Any]) -> dict[str, Any]:
+        top_p = data.get("top_p", 1.0)
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise InvalidInput("top_p must be a number above 0, at most 1", field="top_p")
+        stop = data.get("stop")
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if (
+            not isinstance(stops, list)
+            or len(stops) > _MAX_STOPS
+            or not all(isinstance(s, str) and s for s in stops)
+        ):
+            raise InvalidInput(
+                f"stop must be a string or a list of at most {_MAX_STOPS} strings", field="stop"
+            )
+        tools = data.get("tools") or []
+        if not isinstance(tools, list):
+            raise InvalidInput("tools must be a list", field="tools")
+        return {"top_p": float(top_p), "stop": stops, "tools": tools}
 
-    def _parse(self, body: bytes | None) -> dict[str, Any]:
-        request = parse_request(body)
+    def _prompt(self, request: dict[str, Any]) -> list[int]:
+        """The chat template's token ids; ``max_tokens`` is lowered to the room left."""
+        if not isinstance(request["messages"], list) or not request["messages"]:
+            raise InvalidInput("messages must be a non-empty list", field="messages")
         if request["tools"] and not self.tools_supported:
             raise InvalidInput(
                 f"{self.model_name} has no tool support in its chat template: send the request without tools",
@@ -401,17 +314,13 @@ class TransformersEngine:
                 f"the prompt is {len(prompt)} tokens; {self.model_name} reads at most {self.context}",
                 field="messages",
             )
-        request["prompt"] = prompt
         request["max_tokens"] = min(request["max_tokens"], room)
-        return request
+        return prompt
 
-    def _submit(
-        self,
-        request: dict[str, Any],
-        *,
-        emit: Callable[[str | None], None] | None,
-        scenario: str | None = None,
-    ) -> _Job:
+    def _origin(self) -> dict[str, Any]:
+        return {"engine": "transformers", "base": self.identity}
+
+    def _submit(self, request: dict[str, Any], *, scenario: str | None, emit: Emit | None) -> Future[Answer]:
         generator = None
         if request["seed"] is not None:
             generator = torch.Generator(device=self.device).manual_seed(request["seed"])
@@ -426,7 +335,10 @@ class TransformersEngine:
             scenario=scenario,
         )
         self._jobs.put(job)
-        return job
+        return job.done
+
+    async def close(self) -> None:
+        self._jobs.put(None)
 
     # -- the worker --------------------------------------------------------------------------
 
@@ -452,7 +364,7 @@ class TransformersEngine:
             with self._lock:
                 groups: dict[tuple[str | None, int, int], tuple[_Served, list[_Job]]] = {}
                 for each in batch:  # one batch per thing served: the base, an adapter, a full copy
-                    served = self._served.get(each.scenario or "", _BASE)
+                    served = self._serving(each.scenario)
                     copy_id = 0 if served.model is None else id(served.model)
                     groups.setdefault((served.adapter, served.version, copy_id), (served, []))[1].append(each)
                 for served, jobs in groups.values():
@@ -464,8 +376,6 @@ class TransformersEngine:
                         for failed in jobs:
                             if not failed.done.done():
                                 failed.done.set_exception(exc)
-                                if failed.emit is not None:
-                                    failed.emit(None)
 
     def _decode(self, jobs: list[_Job], served: _Served) -> None:
         n, width = len(jobs), max(len(j.prompt) for j in jobs)
@@ -507,19 +417,10 @@ class TransformersEngine:
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
                 positions = positions[:, -1:] + 1
         for row in rows:
-            if row.finish is None:
-                row.finish = "length"
+            finish = row.finish or "length"
             self._flush(row, final=True)
-            extras = {
-                "engine": "transformers",
-                "base": self.identity,
-                "prompt_ids": row.job.prompt,
-                "response_ids": row.tokens,
-                "logprobs": [round(x, 6) for x in row.logprobs],
-                "temperature": row.job.temperature,
-                "weight_version": version,
-            }
-            row.job.done.set_result((row.text, row.tokens, row.logprobs, row.finish, extras))
+            record = self._record(row.job.prompt, row.tokens, row.logprobs, row.job.temperature, version)
+            row.job.done.set_result(Answer(row.text, finish, record))
 
     def _take(self, row: _Row, token: int, logprob: float) -> None:
         row.tokens.append(token)
@@ -551,8 +452,6 @@ class TransformersEngine:
         if end > row.sent and row.job.emit is not None:
             row.job.emit(row.text[row.sent : end])
         row.sent = max(row.sent, end)
-        if final and row.job.emit is not None:
-            row.job.emit(None)
 
 
 @dataclass
@@ -596,14 +495,6 @@ def _lora_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
-def _usage(prompt: list[int], response: list[int]) -> dict[str, int]:
-    return {
-        "prompt_tokens": len(prompt),
-        "completion_tokens": len(response),
-        "total_tokens": len(prompt) + len(response),
-    }
-
-
 def _flat(message: Any, index: int) -> dict[str, Any]:
     """A chat message with its content as one string (OpenAI's content parts joined)."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -619,57 +510,3 @@ def _flat(message: Any, index: int) -> dict[str, Any]:
     if message.get("tool_calls"):
         flat["tool_calls"] = message["tool_calls"]
     return flat
-
-
-def parse_request(body: bytes | None) -> dict[str, Any]:
-    """A chat-completions body, checked: the sampling settings a local engine honours."""
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError as exc:
-        raise InvalidInput(f"the request body is not valid JSON: {exc}", field="body") from None
-    if not isinstance(data, dict):
-        raise InvalidInput("the request body must be a JSON object", field="body")
-    messages = data.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidInput("messages must be a non-empty list", field="messages")
-    max_tokens = data.get("max_completion_tokens", data.get("max_tokens", _DEFAULT_NEW_TOKENS))
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise InvalidInput("max_tokens must be a positive whole number", field="max_tokens")
-    temperature = data.get("temperature", 1.0)
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not 0 <= temperature <= 2
-    ):
-        raise InvalidInput("temperature must be a number from 0 to 2", field="temperature")
-    top_p = data.get("top_p", 1.0)
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise InvalidInput("top_p must be a number above 0, at most 1", field="top_p")
-    if data.get("n", 1) != 1:
-        raise InvalidInput("the local model answers one choice per request (n=1)", field="n")
-    seed = data.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise InvalidInput("seed must be a whole number", field="seed")
-    stop = data.get("stop")
-    stops = [stop] if isinstance(stop, str) else stop or []
-    if (
-        not isinstance(stops, list)
-        or len(stops) > _MAX_STOPS
-        or not all(isinstance(s, str) and s for s in stops)
-    ):
-        raise InvalidInput(f"stop must be a string or a list of at most {_MAX_STOPS} strings", field="stop")
-    tools = data.get("tools") or []
-    if not isinstance(tools, list):
-        raise InvalidInput("tools must be a list", field="tools")
-    options = data.get("stream_options") or {}
-    return {
-        "messages": messages,
-        "model": data.get("model") if isinstance(data.get("model"), str) else None,
-        "max_tokens": min(max_tokens, _MAX_NEW_TOKENS),
-        "temperature": float(temperature),
-        "top_p": float(top_p),
-        "seed": seed,
-        "stop": stops,
-        "tools": tools,
-        "include_usage": bool(options.get("include_usage")) if isinstance(options, dict) else False,
-    }

@@ -13,15 +13,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-from reef_core.errors import InvalidInput, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
-from reef_core.upstream.sglang import (
+from reef_core.errors import (
     EngineExited,
-    SGLangLaunch,
-    SGLangRuntime,
+    InvalidInput,
     TokenCaptureError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
     WeightSwapError,
-    parse_tokenized_chat,
 )
+from reef_core.upstream.sglang import SGLangLaunch, SGLangRuntime
+from reef_core.upstream.sglang_tokens import parse_tokenized_chat
 from tests.gpu.fake_sglang import FakeSGLang, install_fake_launcher, logprob_at, prompt_ids_for, reply_ids_for
 
 T = TypeVar("T")
@@ -324,3 +326,29 @@ def test_attached_runtimes_leave_the_server_alone(fake: FakeSGLang):
     assert not runtime.managed and runtime.pid is None
     assert run(runtime.stop()) is None
     assert run(_with(fake.url, lambda rt: rt.weight_version())) == "v0"
+
+
+# ----------------------------------------------------------------------------------------- errors
+
+
+def test_the_engines_errors_are_reef_errors_with_their_codes_and_statuses():
+    from reef_core.daemon.errors import status_of
+    from reef_core.errors import ReefError, UpstreamError
+
+    swap = WeightSwapError("no", stage="update", server_message="busy")
+    exited = EngineExited("gone", returncode=3, log_tail="oom")
+    capture = TokenCaptureError("no ids")
+    assert all(isinstance(e, UpstreamError) and isinstance(e, ReefError) for e in (swap, exited, capture))
+    assert isinstance(exited, UpstreamUnavailable)
+    assert [e.code for e in (swap, exited, capture)] == [
+        "weight_swap_failed",
+        "engine_exited",
+        "token_capture_failed",
+    ]
+    assert [status_of(e) for e in (swap, exited, capture)] == [500, 502, 500]
+    assert (swap.stage, swap.server_message, exited.returncode, exited.log_tail) == (
+        "update",
+        "busy",
+        3,
+        "oom",
+    )
