@@ -1,5 +1,6 @@
-"""The launcher core shared by ``reef-pi`` and ``reef-claude``: reef's verbs for the person at the
-terminal, the installed state, the daemon calls and the doctor's lines.
+"""The launcher core shared by ``reef-pi`` and ``reef-claude``: what one adapter's launcher is
+(:class:`Harness`), where its install lives (:class:`Layout`), the command line, and starting the
+harness.
 
 | command | what |
 |---|---|
@@ -11,10 +12,13 @@ terminal, the installed state, the daemon calls and the doctor's lines.
 | ``reef-X learn [--wait] [--timeout S]`` | a usage step now (reefine learns from the scored sessions) |
 | ``reef-X doctor`` | one line per prerequisite; exit 0 only when all are met |
 
-An adapter describes what differs in one :class:`Harness`: its name, its launcher's name, the
-binary it runs and how to tell that binary's version, the folder its config lives in, and the
-function that starts it (pi: environment variables and ``exec``; Claude Code: a ``--settings``
-file and a seeded ``.claude.json``, then ``exec``).  Everything else lives here, once.
+The verbs live in :mod:`adapters.verbs` and the doctor in :mod:`adapters.doctor`; this module
+keeps what every start needs.  An adapter describes what differs in one :class:`Harness`: its
+name, the binary it runs (which names its launcher, ``reef-<binary>``, and the variable that
+picks another, ``REEF_<BINARY>``) and the oldest version of it reef accepts, the folder its config
+lives in and the variable that points the harness there, and the function that starts it (pi:
+environment variables and ``exec``; Claude Code: a ``--settings`` file and a seeded
+``.claude.json``, then ``exec``).  Everything else lives in the launcher modules, once.
 
 Environment: ``REEF_URL`` and ``REEF_SCENARIO`` override the values the installer baked in;
 ``REEF_TOKEN`` is sent when set; ``REEF_HOME`` (default ``~/.reef``) holds the installs under
@@ -28,21 +32,18 @@ notes the id and start time in ``last-run.json`` before it hands the process to 
 Exit codes: 0 done, 1 failed, 2 usage.
 
 Starting the harness is the path every run takes, so it imports only the standard library and
-reef's small modules (ids, errors): reef's HTTP client and the release listing, which bring
-httpx and pygit2 (about 150 ms), load in the verbs that use them, and the check that the daemon
-answers is one ``urllib`` request.
+reef's small modules (ids, errors, :mod:`adapters.binaries`): the verbs load when one is called,
+reef's HTTP client and the release listing, which bring httpx and pygit2 (about 150 ms), load
+in the verbs that use them, and the check that the daemon answers is one ``http.client`` request.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -54,11 +55,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import quote, urlsplit
 
+from adapters.binaries import find_binary, path_with
 from reef_core.errors import ReefError, Unauthorized
 from reef_core.ids import validate_scenario_name
 
-if TYPE_CHECKING:  # the client (httpx) and the release listing (pygit2) load only in the verbs
-    from reef_core.client import Progress, ReefClient
+if TYPE_CHECKING:  # the client (httpx) loads only in the verbs
+    from reef_core.client import ReefClient
 
 __all__ = [
     "COMMANDS",
@@ -66,32 +68,21 @@ __all__ = [
     "Harness",
     "Layout",
     "Usage",
-    "find_binary",
+    "daemon_answers",
+    "entry",
+    "exec_harness",
+    "installed_release",
     "main",
     "parse",
-    "probe_version",
-    "receipts_since",
-    "require_daemon",
-    "run_tag",
-    "version_at_least",
-    "versions_table",
+    "prepare_run",
+    "read_sidecar",
+    "usage_text",
     "write_json",
 ]
 
 COMMANDS = ("evolve", "versions", "update", "report", "learn", "doctor", "help")
-RUN_TAG = "run"
-CLOCK_SLACK_MS = 10_000  # records of a run are searched from this long before it started
 HEALTH_TIMEOUT_S = 3.0  # a daemon on this machine answers /healthz in milliseconds
 _SESSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_ASK_WIDTH = 60
-_SAYS = {
-    "queued": "waiting for the learner",
-    "proposing": "proposing a change",
-    "checking": "running the release checks",
-    "learning": "learning from the sessions",
-}
-_VERSION = re.compile(r"(?<![\d.])v?(\d+\.\d+\.\d+)(?![\d.])")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 class Usage(ReefError):
@@ -105,11 +96,10 @@ class Harness:
     """What one adapter's launcher does differently (see the module docstring)."""
 
     adapter: str  # "pi", "claude_code": the installer's ?adapter= and the folder under harnesses/
-    command: str  # the launcher's name: "reef-pi"
     binary: str  # the program it runs: "pi"; also the sidecar key naming the one installed
     label: str  # for people: "pi", "Claude Code"
     config_dir: str  # the harness's config folder inside the install: "agent", "config"
-    binary_env: str  # the variable that names the binary to run: "REEF_PI"
+    config_env: str  # the variable that points the harness at it: "PI_CODING_AGENT_DIR"
     min_version: str  # the oldest version reef works with
     #: starts the harness (replacing the process); returns an exit code only when it cannot
     run: Callable[[Context, list[str]], int]
@@ -121,6 +111,22 @@ class Harness:
     run_flags: str = ""
     #: verbs only this adapter has (Claude Code's ``hook``)
     extra: Mapping[str, Callable[[Context, list[str]], int]] = field(default_factory=dict)
+
+    @property
+    def command(self) -> str:
+        """The launcher's name: ``reef-pi``."""
+        return f"reef-{self.binary}"
+
+    @property
+    def binary_env(self) -> str:
+        """The variable that names the binary to run: ``REEF_PI``."""
+        return f"REEF_{self.binary.upper()}"
+
+    @property
+    def launcher_env(self) -> str:
+        """The variable that tells the harness (its in-session commands) which launcher started
+        it: ``REEF_PI_LAUNCHER``."""
+        return f"{self.binary_env}_LAUNCHER"
 
 
 @dataclass(frozen=True)
@@ -233,7 +239,7 @@ def main(
         if argv and argv[0] in harness.extra:
             return harness.extra[argv[0]](ctx, argv[1:])
         if argv and argv[0] in COMMANDS:
-            return _COMMANDS[argv[0]](ctx, argv[1:])
+            return _verb(argv[0])(ctx, argv[1:])
         return harness.run(ctx, argv)
     except Usage as exc:
         print(f"{harness.command}: {exc.message}\n{usage_text(harness)}", file=err)
@@ -269,6 +275,12 @@ def usage_text(harness: Harness) -> str:
     )
 
 
+def _verb(name: str) -> Callable[[Context, list[str]], int]:
+    from adapters.verbs import VERBS  # the verbs load when one is called: a run needs none of them
+
+    return VERBS[name]
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise Usage(f"{self.prog}: {message}")
@@ -283,19 +295,6 @@ def parse(prog: str, args: list[str], build: Callable[[_Parser], None]) -> argpa
 
 def _parse(ctx: Context, verb: str, args: list[str], build: Callable[[_Parser], None]) -> argparse.Namespace:
     return parse(f"{ctx.harness.command} {verb}", args, build)
-
-
-# ------------------------------------------------------------------------------------ the daemon
-
-
-def require_daemon(client: ReefClient) -> dict[str, Any]:
-    """``GET /healthz``; when no daemon answers, :class:`DaemonUnavailable` saying how to start one."""
-    from reef_core.client import DaemonUnavailable
-
-    try:
-        return client.health()
-    except DaemonUnavailable as exc:
-        raise DaemonUnavailable(f"{exc.message}: start it with `reef serve`") from exc
 
 
 def daemon_answers(url: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
@@ -317,11 +316,15 @@ def daemon_answers(url: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
         raise ReefError(f"{url} answers /healthz with {answered}: is it a reef daemon? (`reef serve`)")
 
 
-def run_tag(ctx: Context, args: list[str]) -> tuple[str, dict[str, Any]]:
+def prepare_run(ctx: Context, args: list[str], base: Mapping[str, str]) -> tuple[str, str, dict[str, str]]:
     """Before a run: the daemon answers (unless the harness only prints its version or help),
     the install is there; the run's tag is chosen and noted in ``last-run.json``.
-    Returns the tag and the sidecar."""
-    if not ctx.harness.info_only.intersection(args):
+
+    Returns the tag, the binary to run (:func:`~adapters.binaries.find_binary`) and ``base`` with
+    what every harness run is given: the binary's own folder first on PATH (an npm-installed node
+    sits next to it), its config folder, the daemon, the scenario, the tag and the launcher."""
+    harness = ctx.harness
+    if not harness.info_only.intersection(args):
         # the harness would fail on its first model call with a bare connection error: say why first
         daemon_answers(ctx.url)
     installed = ctx.installed()
@@ -340,7 +343,18 @@ def run_tag(ctx: Context, args: list[str]) -> tuple[str, dict[str, Any]]:
             "args": args,
         },
     )
-    return tag, installed
+    binary = find_binary(ctx, installed)
+    env = {
+        **base,
+        "PATH": path_with(binary, ctx.env.get("PATH")),
+        harness.config_env: str(ctx.layout.config),
+        "REEF_URL": ctx.url,
+        "REEF_SCENARIO": ctx.scenario,
+        "REEF_RUN_TAG": tag,
+    }
+    if ctx.launcher:
+        env[harness.launcher_env] = ctx.launcher
+    return tag, binary, env
 
 
 def exec_harness(ctx: Context, binary: str, args: list[str], env: Mapping[str, str]) -> int:
@@ -358,169 +372,6 @@ def exec_harness(ctx: Context, binary: str, args: list[str], env: Mapping[str, s
     return 1  # not reached: execve replaced the process
 
 
-def find_binary(ctx: Context, installed: Mapping[str, Any]) -> str:
-    """The harness binary to run: ``$REEF_<X>``, else the one the install found, else PATH."""
-    harness = ctx.harness
-    explicit = ctx.env.get(harness.binary_env)
-    if explicit:
-        return explicit
-    recorded = installed.get(harness.binary)
-    if isinstance(recorded, str) and os.access(recorded, os.X_OK):
-        return recorded
-    found = shutil.which(harness.binary, path=ctx.env.get("PATH"))
-    if found:
-        return found
-    raise ReefError(
-        f"no {harness.binary} to run (the install found {recorded!r}, which is gone): "
-        f"run {harness.command} update"
-    )
-
-
-def path_with(binary: str, path: str | None) -> str:
-    """``PATH`` with the binary's own folder first: an npm install puts the node it needs there."""
-    folder = str(Path(binary).parent)
-    rest = [p for p in (path or os.defpath).split(os.pathsep) if p and p != folder]
-    return os.pathsep.join([folder, *rest])
-
-
-def probe_version(argv: list[str], env: Mapping[str, str], timeout: float = 30.0) -> str | None:
-    """The last ``X.Y.Z`` that ``argv`` (a ``--version`` call) prints on stdout or stderr, when it
-    exits 0; None when it does not start or says no version."""
-    try:
-        probe = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=dict(env),
-            timeout=timeout,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = _VERSION.findall(_ANSI.sub("", probe.stdout + "\n" + probe.stderr))
-    return found[-1] if probe.returncode == 0 and found else None
-
-
-def version_at_least(found: str | None, wanted: str) -> bool:
-    """``found`` (``X.Y.Z``) is ``wanted`` or newer."""
-    if not found:
-        return False
-    try:
-        return _numbers(found) >= _numbers(wanted)
-    except ValueError:
-        return False
-
-
-def _numbers(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("-")[0].split(".")[:3])
-
-
-# ------------------------------------------------------------------------------------ evolve
-
-
-def _evolve(ctx: Context, args: list[str]) -> int:
-    def build(p: _Parser) -> None:
-        p.add_argument("text")
-        p.add_argument("--wait", action="store_true")
-        p.add_argument("--timeout", type=float, default=600.0)
-
-    opts = _parse(ctx, "evolve", args, build)
-    if not opts.text.strip():
-        raise Usage("the ask is empty: say what the agent should do differently")
-    if opts.timeout <= 0:
-        raise Usage("--timeout must be a positive number of seconds")
-    release = installed_release(ctx.layout)
-    with ctx.client() as client:
-        asked = client.train(ctx.scenario, opts.text, release_id=release, harness=ctx.harness.adapter)
-        ask_id = asked["agent_record_id"]
-        ctx.say(f"ask {ask_id} filed for scenario {ctx.scenario} (installed: {release or 'no release'})")
-        ctx.say(f"progress: {client.url}{asked['page_path']}")
-        if not opts.wait:
-            c = ctx.harness.command
-            ctx.say(f"when it settles, `{c} versions` shows the result; `{c} update` installs it")
-            return 0
-        progress = _follow(ctx, client, ask_id, opts.timeout)
-        if progress is None:
-            return 1
-        return _outcome(ctx, client, progress)
-
-
-def _follow(ctx: Context, client: ReefClient, ticket: str, timeout: float) -> Progress | None:
-    seen: list[str] = []
-
-    def show(progress: Progress) -> None:
-        if progress.state != "settled" and progress.state not in seen:
-            seen.append(progress.state)
-            ctx.say(f"  {_SAYS.get(progress.state, progress.state)}…")
-
-    progress = client.wait(ctx.scenario, ticket, timeout=timeout, on_progress=show)
-    if not progress.settled:
-        ctx.say(f"{ticket} is still {progress.state} after {timeout:g}s; it goes on in reef")
-        return None
-    return progress
-
-
-def _outcome(ctx: Context, client: ReefClient, progress: Progress) -> int:
-    from reef_core.client import approver
-
-    result = progress.result or {}
-    verdict = str(result.get("verdict") or "unknown")
-    step = result.get("step")
-    name = f"c{step}" if step is not None else "the candidate"
-    page = f"{client.url}{result['page_path']}" if result.get("page_path") else None
-    release = result.get("release")
-    command = ctx.harness.command
-    tty = sys.stdin.isatty() and ctx.out.isatty()
-    where = f"in a running {ctx.harness.label}: {ctx.harness.in_session_install}"
-    if release:
-        ctx.say(f"selected: {release} ({name}) is the current release of {ctx.scenario}")
-        if page:
-            ctx.say(f"  page: {page}")
-        ctx.say(f"  next: {command} update   (installs {release}; {where.format(name=release)})")
-        if tty and _yes(f"Install {release} now? [y/N] "):
-            return _update(ctx, ["--release", release])
-        return 0
-    if verdict == "pending":
-        ctx.say(f"pending: {name} adds or changes code that runs on this machine and waits for your approval")
-        if page:
-            ctx.say(f"  page: {page}")
-        ctx.say(
-            f"  next: reef promote {ctx.scenario} {name}, then {command} update ({where.format(name=name)})"
-        )
-        if tty and _approve(ctx, client, name):
-            promoted = client.promote(ctx.scenario, name, approved_by=approver(command))
-            ctx.say(f"{name} is now {promoted['release']}")
-            return _update(ctx, ["--release", promoted["release"]])
-        return 0
-    failed = next((c for c in result.get("checks", []) if c.get("passed") is False), None)
-    why = f": {failed['name']}: {failed.get('detail')}" if failed else ""
-    ctx.say(f"{verdict} ({name}){why}")
-    if page:
-        ctx.say(f"  page: {page}")
-    ctx.say("  the installed release stays as it is; rephrase the ask and try again")
-    return 0
-
-
-def _approve(ctx: Context, client: ReefClient, name: str) -> bool:
-    """Name the code pending step ``name`` runs, and ask to approve and install it."""
-    from reef_core.release.listing import approval_question, code_notice
-
-    step: dict[str, Any] = next((s for s in client.releases(ctx.scenario)["steps"] if s["name"] == name), {})
-    code = code_notice(step.get("executable"))
-    if code:
-        ctx.say(code)
-    question = approval_question(name, ctx.scenario, step.get("executable"))
-    return _yes(f"{question} Yes installs it too. [y/N] ")
-
-
-def _yes(question: str) -> bool:
-    try:
-        return input(question).strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
-
-
 def read_sidecar(layout: Layout) -> dict[str, Any] | None:
     try:
         data = json.loads(layout.sidecar.read_text())
@@ -532,309 +383,6 @@ def read_sidecar(layout: Layout) -> dict[str, Any] | None:
 def installed_release(layout: Layout) -> str | None:
     release = (read_sidecar(layout) or {}).get("release")
     return release if isinstance(release, str) else None
-
-
-# ------------------------------------------------------------------------------------ versions
-
-
-def versions_table(listing: Mapping[str, Any], installed: Mapping[str, Any]) -> str:
-    """Pending steps (newest first), then the releases (newest first), in aligned columns:
-    version, short id, result, installed/current marks, the ask."""
-    rows = [("version", "id", "result", "installed/current", "ask")]
-    steps = sorted((s for s in listing.get("steps", []) if s.get("pending")), key=lambda s: -s["step"])
-    for s in steps:
-        marks = "needs approval" + (f", on {s['base']}" if s.get("base") else "")
-        rows.append((s["name"], "-", "pending", marks, one_line(s.get("ask"))))
-    for r in listing.get("releases", []):
-        mark: list[str] = []
-        if r.get("commit") == installed.get("commit") and r.get("release") == installed.get("release"):
-            mark.append("installed")
-        if r.get("current"):
-            mark.append("current")
-        rows.append(
-            (
-                r["release"],
-                str(r.get("commit") or "")[:7],
-                _result(r),
-                ", ".join(mark),
-                one_line(r.get("ask")),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join([*(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])), row[4]]).rstrip()
-        for row in rows
-    )
-
-
-def _result(row: Mapping[str, Any]) -> str:
-    if row.get("operation") == "evolve":
-        return str(row.get("verdict") or "").split(":")[0] or "selected"
-    if row.get("operation") == "promote":
-        return "approved"
-    return str(row.get("operation") or "")
-
-
-def one_line(text: str | None, width: int = _ASK_WIDTH) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _ignore(_value: object) -> None:
-    """For a lambda that adds an argument: argparse's return value is not ours to pass on."""
-
-
-def page_of(listing: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    """The release or step row called ``name`` (``v3``, ``c4``) that has a page."""
-    rows = [*listing.get("releases", []), *listing.get("steps", [])]
-    row = next((r for r in rows if name in (r.get("release"), r.get("name"))), None)
-    return row if row is not None and row.get("page_path") else None
-
-
-def _versions(ctx: Context, args: list[str]) -> int:
-    opts = _parse(ctx, "versions", args, lambda p: _ignore(p.add_argument("name", nargs="?")))
-    with ctx.client() as client:
-        listing = client.releases(ctx.scenario)
-    if opts.name:
-        row = page_of(listing, opts.name)
-        if row is None:
-            raise ReefError(
-                f"no release or step {opts.name} in scenario {ctx.scenario}: "
-                f"see {ctx.harness.command} versions"
-            )
-        ctx.say(f"{opts.name}: {ctx.url}{row['page_path']}")
-        return 0
-    if not listing.get("releases") and not any(s.get("pending") for s in listing.get("steps", [])):
-        ctx.say(
-            f"scenario {ctx.scenario} has no releases yet; "
-            f'ask for one with: {ctx.harness.command} evolve "..."'
-        )
-        return 0
-    ctx.say(versions_table(listing, read_sidecar(ctx.layout) or {}))
-    return 0
-
-
-# ------------------------------------------------------------------------------------ update
-
-
-def _update(ctx: Context, args: list[str]) -> int:
-    opts = _parse(ctx, "update", args, lambda p: _ignore(p.add_argument("--release")))
-    run = install(ctx, opts.release, stdout=ctx.out, stderr=ctx.err)
-    return 0 if run.returncode == 0 else 1
-
-
-def install(ctx: Context, release: str | None, *, stdout: Any, stderr: Any) -> subprocess.CompletedProcess:
-    """Fetch the installer for ``release`` (default: the current one) and run it with ``sh``."""
-    import httpx
-
-    from reef_core.client import DaemonUnavailable
-
-    params = {"adapter": ctx.harness.adapter, "scenario": ctx.scenario}
-    if release:
-        params["release"] = release
-    headers = {"x-reef-scenario": ctx.scenario}
-    if ctx.token:
-        headers["authorization"] = f"Bearer {ctx.token}"
-    try:
-        response = httpx.get(f"{ctx.url}/reef/harness/install", params=params, headers=headers, timeout=60)
-    except httpx.ConnectError as exc:
-        raise DaemonUnavailable(f"no reef daemon answers at {ctx.url} ({exc})") from exc
-    except httpx.HTTPError as exc:
-        raise ReefError(f"the installer could not be fetched from {ctx.url}: {exc}") from exc
-    if not response.is_success:
-        raise ReefError(f"the installer could not be fetched: {_error_message(response)}")
-    return subprocess.run(
-        ["sh", "-s"], input=response.content, env=dict(ctx.env), stdout=stdout, stderr=stderr
-    )
-
-
-def _error_message(response: Any) -> str:
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = f"{response.status_code} {response.reason_phrase}"
-    return str(message)
-
-
-# ------------------------------------------------------------------------------------ report
-
-
-def receipts_since(client: ReefClient, scenario: str, tag: str, started_ms: int) -> list[str]:
-    """The ids of the records tagged ``tag`` (``run:<id>``, ``session:<id>``) written since
-    ``started_ms`` (a little before: ids are time-ordered, clocks may differ)."""
-    after = f"rec_{max(0, started_ms - CLOCK_SLACK_MS):012x}{0:016x}"
-    return [r["id"] for r in client.iter_records(scenario, after=after, tag=tag)]
-
-
-def _report(ctx: Context, args: list[str]) -> int:
-    def build(p: _Parser) -> None:
-        p.add_argument("--score", type=float, required=True)
-        p.add_argument("--feedback")
-
-    opts = _parse(ctx, "report", args, build)
-    try:
-        last = json.loads(ctx.layout.last_run.read_text())
-        tag, started_ms = str(last["tag"]), int(last["started_ms"])
-    except FileNotFoundError:
-        raise ReefError(
-            f"no run to report on: start {ctx.harness.label} with {ctx.harness.command} first "
-            f"(scenario {ctx.scenario})"
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ReefError(
-            f"{ctx.layout.last_run} cannot be read ({exc}): run {ctx.harness.command} again"
-        ) from exc
-    with ctx.client() as client:
-        receipts = receipts_since(client, ctx.scenario, f"{RUN_TAG}:{tag}", started_ms)
-        if not receipts:
-            raise ReefError(
-                f"the last run (started {last.get('started_at')}) left no records in scenario "
-                f"{ctx.scenario}: it never reached the model through reef"
-            )
-        made = client.report(
-            ctx.scenario,
-            receipts,
-            score=opts.score,
-            feedback=opts.feedback,
-            metadata={"harness": ctx.harness.adapter, "run": tag, "session": tag},
-        )
-    plural = "s" if len(receipts) != 1 else ""
-    ctx.say(
-        f"report {made['agent_record_id']} (score {opts.score:g}) on {len(receipts)} receipt{plural} "
-        f"of the run started {last.get('started_at')}"
-    )
-    return 0
-
-
-# ------------------------------------------------------------------------------------ learn
-
-
-def _learn(ctx: Context, args: list[str]) -> int:
-    def build(p: _Parser) -> None:
-        p.add_argument("--wait", action="store_true")
-        p.add_argument("--timeout", type=float, default=600.0)
-
-    opts = _parse(ctx, "learn", args, build)
-    if opts.timeout <= 0:
-        raise Usage("--timeout must be a positive number of seconds")
-    with ctx.client() as client:
-        ticket = client.learn(ctx.scenario)["ticket"]
-        ctx.say(f"learning from the sessions of scenario {ctx.scenario}: {ticket}")
-        if not opts.wait:
-            ctx.say(f"when it settles, `{ctx.harness.command} versions` shows the result")
-            return 0
-        progress = _follow(ctx, client, ticket, opts.timeout)
-        if progress is None:
-            return 1
-        return _outcome(ctx, client, progress)
-
-
-# ------------------------------------------------------------------------------------ doctor
-
-
-def _doctor(ctx: Context, args: list[str]) -> int:
-    _parse(ctx, "doctor", args, lambda p: None)
-    harness = ctx.harness
-    lines: list[tuple[bool | None, str, str]] = []  # (met, what, detail); None: a note
-    lines.append((True, "python", f"{sys.executable} ({sys.version.split()[0]})"))
-    reachable = False
-    listing = None
-    try:
-        with ctx.client(timeout=5.0) as client:
-            health = require_daemon(client)
-            reachable = True
-            lines.append((True, "reef daemon", f"{ctx.url} answers (reef {health.get('version')})"))
-            try:
-                client.status()
-                lines.append((True, "token", "accepted" if ctx.token else "none needed"))
-            except ReefError as exc:
-                hint = "export REEF_TOKEN" if not ctx.token else "check REEF_TOKEN"
-                lines.append((False, "token", f"{exc.message} ({hint})"))
-            try:
-                listing = client.releases(ctx.scenario)
-            except ReefError:
-                pass
-    except ReefError as exc:
-        lines.append((False, "reef daemon", exc.message))
-    sidecar = read_sidecar(ctx.layout)
-    if sidecar is None:
-        lines.append(
-            (False, "installed", f"nothing in {ctx.layout.base}: curl -fsSL '{ctx.installer_url()}' | sh")
-        )
-    else:
-        lines.append((True, "installed", f"{sidecar.get('release') or 'no release'} in {ctx.layout.config}"))
-        files = sidecar.get("files") or {}
-        bad = [p for p, sha in files.items() if _sha256_of(ctx.layout.config / p) != sha]
-        if bad:
-            lines.append(
-                (
-                    False,
-                    "files",
-                    f"{len(bad)} changed or missing ({', '.join(bad[:3])}): run {harness.command} update",
-                )
-            )
-        else:
-            lines.append((True, "files", f"{len(files)} match their sha256"))
-        if reachable and listing is not None:
-            tip = next((r for r in listing.get("releases", []) if r.get("current")), None)
-            if tip and tip.get("release") != sidecar.get("release"):
-                lines.append((None, "release", f"{tip['release']} is available: {harness.command} update"))
-    try:
-        binary = find_binary(ctx, sidecar or {})
-    except ReefError as exc:
-        lines.append((False, harness.binary, exc.message))
-    else:
-        version = probe_version([binary, "--version"], _probe_env(ctx, binary))
-        if version_at_least(version, harness.min_version):
-            lines.append((True, harness.binary, f"{binary} is {harness.label} {version}"))
-        else:
-            said = f"is {harness.label} {version}" if version else "does not start (node on PATH?)"
-            lines.append(
-                (
-                    False,
-                    harness.binary,
-                    f"{binary} {said}; reef needs {harness.min_version} or newer: "
-                    f"run {harness.command} update",
-                )
-            )
-    on_path = shutil.which(harness.command, path=ctx.env.get("PATH"))
-    if on_path:
-        lines.append((True, "PATH", f"{harness.command} is {on_path}"))
-    else:
-        bindir = ctx.env.get("REEF_BIN_DIR") or str(
-            Path(ctx.env.get("HOME") or Path.home()) / ".local" / "bin"
-        )
-        lines.append((False, "PATH", f"{harness.command} is not on PATH: add {bindir} to it"))
-    width = max(len(what) for _, what, _ in lines)
-    for met, what, detail in lines:
-        mark = "note" if met is None else ("ok" if met else "FAIL")
-        ctx.say(f"{mark:<4}  {what:<{width}}  {detail}")
-    return 0 if all(met is not False for met, _, _ in lines) else 1
-
-
-def _probe_env(ctx: Context, binary: str) -> dict[str, str]:
-    return {
-        "PATH": path_with(binary, ctx.env.get("PATH")),
-        "HOME": ctx.env.get("HOME", ""),
-        "PI_OFFLINE": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
-
-
-def _sha256_of(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-# ------------------------------------------------------------------------------------ help
-
-
-def _help(ctx: Context, args: list[str]) -> int:
-    ctx.say(usage_text(ctx.harness))
-    ctx.say(f"\nscenario {ctx.scenario} at {ctx.url}; config {ctx.layout.config}")
-    return 0
 
 
 def write_json(path: Path, value: Any, mode: int | None = None) -> None:
@@ -849,14 +397,3 @@ def write_json(path: Path, value: Any, mode: int | None = None) -> None:
 
 def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-_COMMANDS: dict[str, Callable[[Context, list[str]], int]] = {
-    "evolve": _evolve,
-    "versions": _versions,
-    "update": _update,
-    "report": _report,
-    "learn": _learn,
-    "doctor": _doctor,
-    "help": _help,
-}

@@ -30,7 +30,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from recipes.reefine.health import find_pi, run_health  # noqa: E402
+from adapters.pi.health import find_pi, run_health  # noqa: E402
 from tests.fakes.upstream import ScriptedUpstream, Text  # noqa: E402
 
 S = "bench"

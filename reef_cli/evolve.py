@@ -3,12 +3,14 @@
 The ask goes to the daemon (``POST /reef/train``), which screens it before storing anything.
 With ``--wait`` the command follows the ask (queued → proposing → checking → settled) under a
 spinner and reports what became of it: a new release, a candidate pending approval, or why
-nothing was published.
+nothing was published.  What became of it is read by :class:`reef_core.client.Outcome`; this
+module only renders it (and ``reef learn`` follows its ticket with :func:`follow` too).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -18,18 +20,12 @@ from reef_cli import output as out
 from reef_cli.interrupt import until_interrupted
 from reef_cli.output import JsonOption
 from reef_cli.sources import ScenarioArgument, UrlOption, connect
-from reef_core.client import Progress, ReefClient
+from reef_core.client import PROGRESS_SAYS, Outcome, Progress, ReefClient
 from reef_core.errors import InvalidInput, ReefError
 
-__all__ = ["SAYS", "evolve", "follow", "page_url", "print_outcome"]
+__all__ = ["evolve", "follow", "print_outcome"]
 
 _MAX_TEXT = 4000
-SAYS = {
-    "queued": "waiting for the learner",
-    "proposing": "proposing a change",
-    "checking": "running release checks",
-    "settled": "settled",
-}
 
 
 def evolve(
@@ -50,33 +46,42 @@ def evolve(
     with connect(url) as client:
         asked = client.train(scenario, text)
         ask_id = asked["agent_record_id"]
-        if not wait:
-            if as_json:
-                out.output.json(asked)
-            else:
-                out.output.console.print(f"asked {scenario}: {ask_id}", highlight=False)
-                if asked.get("page_path"):
-                    out.output.console.print(f"page: {client.url}{asked['page_path']}", highlight=False)
-            return
-        follow(client, scenario, ask_id, asked, timeout=timeout, as_json=as_json)
+        filed = [f"asked {scenario}: {ask_id}"]
+        if asked.get("page_path"):
+            filed.append(f"page: {client.url}{asked['page_path']}")
+        follow(client, scenario, ask_id, asked, filed=filed, wait=wait, timeout=timeout, as_json=as_json)
 
 
 def follow(
-    client: ReefClient, scenario: str, ask_id: str, asked: dict[str, Any], *, timeout: float, as_json: bool
+    client: ReefClient,
+    scenario: str,
+    ask_id: str,
+    asked: dict[str, Any],
+    *,
+    filed: Sequence[str],
+    wait: bool,
+    timeout: float,
+    as_json: bool,
 ) -> None:
-    """Follow an ask (or a learn ticket) under a spinner until it settles; print its outcome."""
+    """Say what was filed (``asked`` with --json, else the lines of ``filed``); with ``wait``,
+    follow the ask (or learn ticket) under a spinner until it settles and print its outcome."""
+    if not wait:
+        if as_json:
+            out.output.json(asked)
+        else:
+            for line in filed:
+                out.output.console.print(line, highlight=False)
+        return
     started = time.monotonic()
-    waiting = out.output.errors.status(f"{ask_id}: {SAYS['queued']}…")
+    waiting = out.output.errors.status(f"{ask_id}: {PROGRESS_SAYS['queued']}…")
     with until_interrupted() as stop, waiting as spinner:
 
         def show(progress: Progress) -> None:
-            says = SAYS.get(progress.state, progress.state)
-            spinner.update(f"{ask_id}: {says}… {time.monotonic() - started:.0f}s")
+            spinner.update(f"{ask_id}: {progress.says}… {time.monotonic() - started:.0f}s")
 
         progress = client.wait(scenario, ask_id, timeout=timeout, on_progress=show, stop=stop)
     if stop.is_set() and not progress.settled:  # the person stopped waiting, not the ask
         raise ReefError(f"stopped waiting; {ask_id} goes on in the daemon (see reef releases {scenario})")
-    link = page_url(client.url, progress, asked)
     if as_json:
         out.output.json({**asked, "state": progress.state, "result": progress.result})
     if not progress.settled:
@@ -85,31 +90,27 @@ def follow(
             f"(see reef releases {scenario})"
         )
     if not as_json:
-        print_outcome(scenario, ask_id, progress.result or {}, link)
+        print_outcome(scenario, ask_id, Outcome.of(progress, client.url, asked))
 
 
-def page_url(base: str, progress: Progress, asked: dict[str, Any]) -> str | None:
-    path = (progress.result or {}).get("page_path") or asked.get("page_path")
-    return f"{base}{path}" if path else None
-
-
-def print_outcome(scenario: str, ask_id: str, result: dict[str, Any], page_url: str | None) -> None:
+def print_outcome(scenario: str, ask_id: str, outcome: Outcome) -> None:
+    """One line for what became of the ask, and its page."""
     console = out.output.console
-    verdict = str(result.get("verdict") or "unknown")
-    step = result.get("step")
-    if result.get("release"):
+    name = outcome.candidate
+    if outcome.released:
         console.print(
-            f"{ask_id}: [green]{escape(verdict)}[/] → {result['release']} now serves {scenario}",
+            f"{ask_id}: [green]{escape(outcome.verdict)}[/] → {outcome.release} now serves {scenario}",
             highlight=False,
         )
-    elif verdict == "pending":
-        name = f"c{step}" if step is not None else "the candidate"
+    elif outcome.pending:
         console.print(
             f"{ask_id}: [yellow]pending[/] → {name} changes code and waits for a person "
             f"(reef promote {scenario} {name} · reef reject {scenario} {name})",
             highlight=False,
         )
     else:
-        console.print(f"{ask_id}: {escape(verdict)}; the current release keeps serving", highlight=False)
-    if page_url:
-        console.print(f"page: {page_url}", highlight=False)
+        console.print(
+            f"{ask_id}: {escape(outcome.verdict)}; the current release keeps serving", highlight=False
+        )
+    if outcome.page_url:
+        console.print(f"page: {outcome.page_url}", highlight=False)

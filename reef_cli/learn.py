@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import typer
 
-from reef_cli import output as out
 from reef_cli.evolve import follow
 from reef_cli.output import JsonOption
 from reef_cli.sources import ScenarioArgument, UrlOption, connect
@@ -29,10 +28,5 @@ def learn(
     with connect(url) as client:
         asked = client.learn(scenario)
         ticket = asked["ticket"]
-        if not wait:
-            if as_json:
-                out.output.json(asked)
-            else:
-                out.output.console.print(f"learning on {scenario}: {ticket}", highlight=False)
-            return
-        follow(client, scenario, ticket, asked, timeout=timeout, as_json=as_json)
+        filed = [f"learning on {scenario}: {ticket}"]
+        follow(client, scenario, ticket, asked, filed=filed, wait=wait, timeout=timeout, as_json=as_json)

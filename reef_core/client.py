@@ -4,6 +4,11 @@ Used by the CLI, the review TUI and the harness launchers.  Answers come back as
 (plain dicts, exactly as the daemon sent them) or, where a caller acts on the shape, as a small
 frozen dataclass (:class:`Progress`).
 
+What became of an ask (or a ``reef learn`` step) is read here once, into an :class:`Outcome`:
+a release, a candidate waiting for a person, or nothing published and why, with its page.
+``reef evolve --wait``, ``reef learn`` and the launchers' ``evolve``/``learn`` only render it, in
+their own words (what a state is called while it runs is :attr:`Progress.says`).
+
 This is the one place where HTTP becomes reef's own errors: the daemon sends every error as
 ``{"error": {"message", "code", "param"}}``; ``code`` is the :attr:`ReefError.code` it raised, so
 the same class is raised here (falling back on the status: 400 InvalidInput, 401 Unauthorized,
@@ -19,42 +24,38 @@ import getpass
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
 
-from reef_core import __version__
-from reef_core.errors import (
-    ConfigError,
-    ConflictError,
-    InvalidInput,
-    NotFound,
-    PayloadTooLarge,
-    ReefError,
-    ScenarioLocked,
-    StoreError,
-    Unauthorized,
-    UpstreamError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from reef_core import __version__, errors
+from reef_core.errors import InvalidInput, ReefError
 from reef_core.ids import parse_item_id, validate_scenario_name
 
 __all__ = [
     "DEFAULT_URL",
+    "PROGRESS_SAYS",
     "PROGRESS_STATES",
     "DaemonError",
     "DaemonUnavailable",
+    "Outcome",
     "Progress",
     "ReefClient",
     "approver",
 ]
 
 DEFAULT_URL = "http://127.0.0.1:8900"
-PROGRESS_STATES = ("queued", "proposing", "checking", "settled")
+#: the states of an ask or a learn step, in order, each with what a person reads while it is in it
+PROGRESS_SAYS = {
+    "queued": "waiting for the learner",
+    "proposing": "proposing a change",
+    "checking": "running the release checks",
+    "settled": "settled",
+}
+PROGRESS_STATES = tuple(PROGRESS_SAYS)
 _PAGE = 1000  # the daemon's largest page of records
 
 
@@ -75,22 +76,23 @@ class DaemonError(ReefError):
 _BY_CODE: dict[str, type[ReefError]] = {
     cls.code: cls
     for cls in (
-        ConfigError,
-        ConflictError,
-        InvalidInput,
-        NotFound,
-        PayloadTooLarge,
-        ScenarioLocked,
-        StoreError,
-        Unauthorized,
-        UpstreamError,
-        UpstreamTimeout,
-        UpstreamUnavailable,
+        errors.ConfigError,
+        errors.ConflictError,
+        errors.InvalidInput,
+        errors.NotFound,
+        errors.PayloadTooLarge,
+        errors.ScenarioLocked,
+        errors.StoreError,
+        errors.Unauthorized,
+        errors.UpstreamError,
+        errors.UpstreamTimeout,
+        errors.UpstreamUnavailable,
     )
 }
 # an error body without a known code: the class that answers with its status
 _BY_STATUS: dict[int, type[ReefError]] = {
-    cls.http_status: cls for cls in (InvalidInput, Unauthorized, NotFound, ConflictError, PayloadTooLarge)
+    _BY_CODE[code].http_status: _BY_CODE[code]
+    for code in ("invalid_input", "unauthorized", "not_found", "conflict", "payload_too_large")
 }
 
 
@@ -115,6 +117,11 @@ class Progress:
     def verdict(self) -> str | None:
         return None if self.result is None else self.result.get("verdict")
 
+    @property
+    def says(self) -> str:
+        """What a person reads while the ask is in this state: ``running the release checks``."""
+        return PROGRESS_SAYS[self.state]
+
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Progress:
         state = body.get("state")
@@ -127,6 +134,57 @@ class Progress:
             state=state,
             result=result if isinstance(result, dict) else None,
         )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a settled ask or learn step: the one reading of its :class:`Progress`.
+
+    One of three cases: :attr:`released` (``release`` now serves the scenario); :attr:`pending`
+    (:attr:`candidate` changes code that runs on the person's machine, so it waits for a person
+    to promote or reject it); else nothing was published, ``verdict`` says why (``rejected: …``,
+    ``skipped: …``) and ``failed`` names the first check that did not pass, with its detail.
+    ``page_url``: the step's page, else the ask's own (``asked``, what filing it answered).
+    """
+
+    verdict: str
+    release: str | None = None
+    step: int | None = None
+    page_url: str | None = None
+    failed: tuple[str, str] | None = None
+
+    @classmethod
+    def of(cls, progress: Progress, base_url: str, asked: Mapping[str, Any] | None = None) -> Outcome:
+        if not progress.settled:
+            raise ValueError(f"{progress.id} is {progress.state}: only a settled ask has an outcome")
+        result = progress.result or {}
+        path = result.get("page_path") or (asked or {}).get("page_path")
+        failed = next((c for c in result.get("checks") or [] if c.get("passed") is False), None)
+        return cls(
+            verdict=str(result.get("verdict") or "unknown"),
+            release=result.get("release") or None,
+            step=result.get("step"),
+            page_url=f"{base_url}{path}" if path else None,
+            failed=None if failed is None else (str(failed.get("name")), str(failed.get("detail"))),
+        )
+
+    @property
+    def released(self) -> bool:
+        return self.release is not None
+
+    @property
+    def pending(self) -> bool:
+        return self.release is None and self.verdict == "pending"
+
+    @property
+    def candidate(self) -> str:
+        """The step's name as promote and reject take it (``c5``), or ``the candidate``."""
+        return f"c{self.step}" if self.step is not None else "the candidate"
+
+    @property
+    def why(self) -> str:
+        """``: name: detail`` of the first failed check, or nothing."""
+        return f": {self.failed[0]}: {self.failed[1]}" if self.failed else ""
 
 
 def approver(via: str) -> str:

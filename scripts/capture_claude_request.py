@@ -43,7 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from recipes.reefine.health_claude import find_claude  # noqa: E402
+from adapters.claude_code.health import find_claude  # noqa: E402
 from tests.fakes.upstream import ScriptedUpstream, Text, ToolCall, free_port  # noqa: E402
 
 SCENARIO = "capture"

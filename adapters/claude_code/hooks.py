@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters import launcher as core
+from adapters import verbs
 from adapters.claude_code.gate import COMMAND, pending_event
 from adapters.launcher import Context
 from reef_core.client import approver
@@ -130,9 +131,9 @@ def _versions(ctx: Context, args: str) -> str:
                     f"reef: scenario {ctx.scenario} has no releases yet; ask for one with "
                     "/evolve <what to change>"
                 )
-            return core.versions_table(listing, core.read_sidecar(ctx.layout) or {})
+            return verbs.versions_table(listing, core.read_sidecar(ctx.layout) or {})
         name, action = words[0], words[1:]
-        row = core.page_of(listing, name)
+        row = verbs.page_of(listing, name)
         if row is None:
             return f"reef: no release or pending step {name} in scenario {ctx.scenario}: see /versions"
         link = f"{ctx.url}{row['page_path']}"
@@ -154,7 +155,7 @@ def _versions(ctx: Context, args: str) -> str:
             runs = code_notice(code)
             return (
                 f"reef: {name} changes what runs on this machine and waits for a person's approval.\n"
-                f'  "{core.one_line(step.get("ask"), 200)}"\n'
+                f'  "{verbs.one_line(step.get("ask"), 200)}"\n'
                 + (f"{runs}\n" if runs else "")
                 + f"  {approval_question(name, ctx.scenario, code)} Read {link}, then type\n"
                 f"    /versions {name} install yes\n"
@@ -166,7 +167,7 @@ def _versions(ctx: Context, args: str) -> str:
 
 
 def _install(ctx: Context, release: str) -> str:
-    ran = core.install(ctx, release, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ran = verbs.install(ctx, release, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if ran.returncode != 0:
         said = (ran.stderr or ran.stdout or b"").decode(errors="replace").strip().splitlines()[-3:]
         return f"reef: installing {release} failed (exit {ran.returncode}):\n" + "\n".join(said)
@@ -180,7 +181,7 @@ def _report(ctx: Context, command: str, text: str, event: dict[str, Any]) -> str
     if not isinstance(session, str) or not session:
         return "reef: Claude Code did not say which session this is: nothing was reported"
     with ctx.client() as client:
-        receipts = core.receipts_since(
+        receipts = verbs.receipts_since(
             client, ctx.scenario, f"session:{session}", _session_start_ms(ctx, event)
         )
         if not receipts:
@@ -241,7 +242,7 @@ def notice(ctx: Context) -> str | None:
         latest = newer[0]
         lines += [
             f"reef: {latest['release']} is available (installed: {mine or 'none'}): "
-            f'"{core.one_line(latest.get("ask"))}"',
+            f'"{verbs.one_line(latest.get("ask"))}"',
             f"  install it with /versions {latest['release']} install, or reef-claude update",
         ]
     if waiting:

@@ -1,7 +1,8 @@
 """``reef-claude``: Claude Code routed through reef, and reef's commands for the person at the terminal.
 
 The verbs (``evolve``, ``versions``, ``update``, ``report``, ``learn``, ``doctor``) are the shared
-launcher core's (:mod:`adapters.launcher`); this module keeps what is Claude Code's own:
+launcher's (:mod:`adapters.verbs`, :mod:`adapters.doctor`), and so is the environment every run
+gets (:func:`adapters.launcher.prepare_run`); this module keeps what is Claude Code's own:
 
 - **Routing by ``--settings``.**  Claude Code reads its endpoint from settings files and the
   environment, and a project's ``.claude/settings.json`` beats the environment: only
@@ -17,8 +18,8 @@ launcher core's (:mod:`adapters.launcher`); this module keeps what is Claude Cod
 - **A seeded state file.**  ``CLAUDE_CONFIG_DIR/.claude.json`` gets ``hasCompletedOnboarding`` (the
   onboarding screen tries the network even with the switches on) and trust for the directory
   Claude Code starts in, and only that one; Claude Code's own keys in that file are kept.
-- **The hooks' environment.**  ``REEF_URL``, ``REEF_SCENARIO``, ``REEF_RUN_TAG``,
-  ``REEF_RUN_STARTED_MS`` and ``REEF_CLAUDE_LAUNCHER`` are exported for reef's hooks
+- **The hooks' environment.**  ``REEF_URL``, ``REEF_SCENARIO``, ``REEF_RUN_TAG`` and
+  ``REEF_CLAUDE_LAUNCHER`` (every run's), and ``REEF_RUN_STARTED_MS``, are there for reef's hooks
   (:mod:`adapters.claude_code.hooks`), which the rendered ``settings.json`` runs as
   ``reef-claude hook prompt`` and ``reef-claude hook session-start``.
 
@@ -110,28 +111,15 @@ def _prune(runs: Path, now: float) -> None:
 
 
 def _run_claude(ctx: Context, args: list[str]) -> int:
-    tag, installed = core.run_tag(ctx, args)
-    claude = core.find_binary(ctx, installed)
+    base = {k: v for k, v in ctx.env.items() if k not in ("ANTHROPIC_API_KEY", "CLAUDECODE")}
+    tag, claude, run_env = core.prepare_run(ctx, args, base)
     now = time.time()
     runs = ctx.layout.base / "runs"
     _prune(runs, now)
     settings = runs / f"{tag}.json"
     core.write_json(settings, routing(ctx, tag), mode=0o600)
-    cwd = os.getcwd()
-    seed_state(ctx.layout.config, cwd)
-    run_env = {k: v for k, v in ctx.env.items() if k not in ("ANTHROPIC_API_KEY", "CLAUDECODE")}
-    run_env.update(
-        {
-            "PATH": core.path_with(claude, ctx.env.get("PATH")),
-            "CLAUDE_CONFIG_DIR": str(ctx.layout.config),
-            "REEF_URL": ctx.url,
-            "REEF_SCENARIO": ctx.scenario,
-            "REEF_RUN_TAG": tag,
-            "REEF_RUN_STARTED_MS": str(int(now * 1000)),
-        }
-    )
-    if ctx.launcher:
-        run_env["REEF_CLAUDE_LAUNCHER"] = ctx.launcher
+    seed_state(ctx.layout.config, os.getcwd())
+    run_env["REEF_RUN_STARTED_MS"] = str(int(now * 1000))
     return core.exec_harness(ctx, claude, ["--settings", str(settings), *args], run_env)
 
 
@@ -143,11 +131,10 @@ def _hook(ctx: Context, args: list[str]) -> int:
 
 CLAUDE = core.Harness(
     adapter="claude_code",
-    command="reef-claude",
     binary="claude",
     label="Claude Code",
     config_dir="config",
-    binary_env="REEF_CLAUDE",
+    config_env="CLAUDE_CONFIG_DIR",
     min_version=CLAUDE_MIN_VERSION,
     run=_run_claude,
     extra={"hook": _hook},

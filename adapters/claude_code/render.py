@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reef_core.harness.render import Target, tree_context
+from reef_core.harness.render import Target, entry_files, tree_context
 from reef_core.harness.tree import HarnessTree, TreeError
 
 __all__ = [
@@ -56,6 +56,17 @@ _OWNED_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_", "REEF_")
 HOOK_TIMEOUT_S = 60  # /versions vN install runs the installer inside the hook
 NOTICE_HOOK_TIMEOUT_S = 5  # the notice's own call gives up after 2 s; this bounds the interpreter too
 _LAUNCHER = '"${REEF_CLAUDE_LAUNCHER:-reef-claude}"'
+#: the prompt's headings of a tree's rules and skills (:meth:`ClaudeCodeRenderer.prompt_context`)
+_RULES_TITLE = "# User rules"
+_SKILLS_TITLE = "The following skills are available for use with the Skill tool:\n"
+#: where each kind of entry lands (config/settings.json is merged into settings.json; a pi
+#: extension has no Claude Code form, :func:`skipped`)
+_LAYOUT = {
+    "rule": "rules/{name}.md",
+    "skill": "skills/{name}/SKILL.md",
+    "command": "commands/{name}.md",
+    "config": "config/{name}.json",
+}
 
 #: reef's in-session commands: name -> (description, argument hint)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -173,25 +184,9 @@ class ClaudeCodeRenderer:
     adapter = "claude_code"
 
     def render(self, tree: HarnessTree, target: Target) -> dict[str, bytes]:
-        problems = tree.problems()
-        if problems:
-            raise TreeError(
-                "the harness tree cannot be rendered for Claude Code: " + "; ".join(problems), field="tree"
-            )
-        files: dict[str, bytes] = {}
-        for entry in tree.of_kind("rule"):
-            files[f"rules/{entry.name}.md"] = entry.content.encode("utf-8")
-        for entry in tree.of_kind("skill"):
-            files[f"skills/{entry.name}/SKILL.md"] = entry.content.encode("utf-8")
-        for entry in tree.of_kind("command"):
-            files[f"commands/{entry.name}.md"] = entry.content.encode("utf-8")
-        settings: dict[str, Any] = {}
-        for entry in tree.of_kind("config"):
-            if entry.name == "settings":
-                settings = json.loads(entry.content)
-                _check_settings(settings)
-            else:
-                files[f"config/{entry.name}.json"] = entry.content.encode("utf-8")
+        files = entry_files(tree, "Claude Code", _LAYOUT)
+        settings: dict[str, Any] = json.loads(files.pop("config/settings.json", b"{}"))
+        _check_settings(settings)
         # reef's entries last: they always win (a tree's command of the same name is replaced)
         for name in COMMANDS:
             files[f"commands/{name}.md"] = _command_file(name)
@@ -204,6 +199,9 @@ class ClaudeCodeRenderer:
         files["settings.json"] = _json(settings)
         return dict(sorted(files.items()))
 
+    def skipped(self, tree: HarnessTree) -> list[str]:
+        return skipped(tree)
+
     def facts(self) -> str:
         return _FACTS
 
@@ -215,10 +213,4 @@ class ClaudeCodeRenderer:
             body = entry.content.strip()
             if body:
                 text = text.replace(body, "")
-        parts = [text.rstrip()] if text.strip() else []
-        parts += tree_context(
-            tree,
-            rules_title="# User rules",
-            skills_title="The following skills are available for use with the Skill tool:\n",
-        )
-        return "\n\n".join(parts)
+        return tree_context(tree, before=text, rules_title=_RULES_TITLE, skills_title=_SKILLS_TITLE)

@@ -28,8 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reef_core.harness.render import Target, tree_context
-from reef_core.harness.tree import HarnessTree, TreeError
+from reef_core.harness.render import Target, entry_files, tree_context
+from reef_core.harness.tree import HarnessTree
 
 __all__ = ["CONTEXT_WINDOW", "MAX_TOKENS", "REEF_EXTENSION", "PiRenderer", "reef_extension"]
 
@@ -80,6 +80,16 @@ Every entry: a name of 1-64 lowercase letters, digits or '-'; at most 64 KiB; na
 
 #: where reef's own extension lands in every rendered agent dir
 REEF_EXTENSION = "extensions/reef.ts"
+#: the prompt's headings of a tree's rules and skills (:meth:`PiRenderer.prompt_context`)
+_RULES_TITLE = "# Harness rules (reef)"
+_SKILLS_TITLE = "Skills (read skills/<name>/SKILL.md when one applies):"
+#: where each kind of entry lands (config/settings.json is merged into settings.json)
+_LAYOUT = {
+    "skill": "skills/{name}/SKILL.md",
+    "command": "prompts/{name}.md",
+    "extension": "extensions/{name}.ts",
+    "config": "config/{name}.json",
+}
 
 
 @cache
@@ -98,25 +108,10 @@ class PiRenderer:
     adapter = "pi"
 
     def render(self, tree: HarnessTree, target: Target) -> dict[str, bytes]:
-        problems = tree.problems()
-        if problems:
-            raise TreeError(
-                "the harness tree cannot be rendered for pi: " + "; ".join(problems), field="tree"
-            )
-        files: dict[str, bytes] = {"AGENTS.md": self._agents_md(tree, target).encode("utf-8")}
-        for entry in tree.of_kind("skill"):
-            files[f"skills/{entry.name}/SKILL.md"] = entry.content.encode("utf-8")
-        for entry in tree.of_kind("command"):
-            files[f"prompts/{entry.name}.md"] = entry.content.encode("utf-8")
-        for entry in tree.of_kind("extension"):
-            files[f"extensions/{entry.name}.ts"] = entry.content.encode("utf-8")
+        files = entry_files(tree, "pi", _LAYOUT)
+        files["AGENTS.md"] = self._agents_md(tree, target).encode("utf-8")
         files[REEF_EXTENSION] = reef_extension()  # after the tree's: reef's copy always wins
-        settings: dict[str, Any] = {}
-        for entry in tree.of_kind("config"):
-            if entry.name == "settings":
-                settings.update(json.loads(entry.content))
-            else:
-                files[f"config/{entry.name}.json"] = entry.content.encode("utf-8")
+        settings: dict[str, Any] = json.loads(files.pop("config/settings.json", b"{}"))
         # reef's keys last: the provider and model must point at reef whatever the tree says
         settings.update(
             {"defaultProvider": "reef", "defaultModel": target.model, "enableInstallTelemetry": False}
@@ -124,6 +119,9 @@ class PiRenderer:
         files["settings.json"] = _json(settings)
         files["models.json"] = _json(self._models(target))
         return dict(sorted(files.items()))
+
+    def skipped(self, tree: HarnessTree) -> list[str]:
+        return []  # pi has a form for every kind of entry
 
     def facts(self) -> str:
         return _FACTS
@@ -135,13 +133,7 @@ class PiRenderer:
         text = _HEADER_LINE.sub("", system)
         for entry in served.of_kind("rule") if served is not None else []:
             text = text.replace(f"## {entry.name}\n\n{entry.content.strip()}\n", "")
-        parts = [text.rstrip()] if text.strip() else []
-        parts += tree_context(
-            tree,
-            rules_title="# Harness rules (reef)",
-            skills_title="Skills (read skills/<name>/SKILL.md when one applies):",
-        )
-        return "\n\n".join(parts)
+        return tree_context(tree, before=text, rules_title=_RULES_TITLE, skills_title=_SKILLS_TITLE)
 
     @staticmethod
     def _agents_md(tree: HarnessTree, target: Target) -> str:

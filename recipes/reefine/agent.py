@@ -41,31 +41,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from recipes.reefine.health import (
-    HEALTH_TASK,
-    PI_MIN_VERSION,
-    PiBinary,
-    ProcessRun,
-    first_line,
-    pi_environment,
-    quote,
-    run_captured,
-)
 from recipes.reefine.proposer import Proposal, StepSkipped
 from recipes.reefine.sandbox import LoopbackBridge, bwrap_command, bwrap_problem, forwarder_command
 from recipes.reefine.try_harness import read_workspace, tree_digest
 from reef_core.errors import InvalidInput
 from reef_core.harness import (
+    HEALTH_TASK,
     MANIFEST_PATH,
+    HarnessBinary,
     HarnessTree,
+    HealthCheck,
     Target,
     TreeError,
     changed_entries,
+    health_check_for,
+    health_headers,
     renderer_for,
     summarize_changes,
 )
+from reef_core.procs import ProcessRun, first_line, quote, run_captured
 
-__all__ = ["SANDBOXES", "SANDBOX_ENV", "AgentProposer", "agent_available"]
+__all__ = ["SANDBOXES", "SANDBOX_ENV", "AgentProposer", "agent_available", "agent_pi"]
 
 SANDBOX_ENV = "REEF_PROPOSER_SANDBOX"
 SANDBOXES = ("bwrap", "none")
@@ -77,7 +73,6 @@ _SOCKET_NAME = "daemon.sock"
 _INSIDE_FALLBACK_PORT = 8765
 _PROMPT_LIMIT = 100_000  # one argv string may hold 128 KiB on Linux
 _DESIGN_LIMIT = 4000
-_QUOTE_LIMIT = 300
 
 AGENT_PROMPT = """You are reefine, working as a coding agent. You change the harness of a coding agent \
 (pi) so that the agent does what a person asked for, from now on. Your working directory holds \
@@ -140,14 +135,25 @@ export default function (pi: ExtensionAPI) {{
 """
 
 
-def agent_available(sandbox: str | None, *, pi: PiBinary | None) -> tuple[bool, str]:
+def _pi() -> HealthCheck:
+    """pi's health check (found through reef_core.harness): it finds pi, names its environment
+    and routes it through reef, for the agent and for the pi that ``try_harness`` starts."""
+    return health_check_for("pi")
+
+
+def agent_pi() -> HarnessBinary | None:
+    """The pi the agent proposer would run here, or None."""
+    return _pi().find()
+
+
+def agent_available(sandbox: str | None, *, pi: HarnessBinary | None) -> tuple[bool, str]:
     """``(True, "")`` when the agent proposer can run with ``sandbox`` here, else ``(False, why)``."""
     if not sandbox:
         return False, f"{SANDBOX_ENV} is unset"
     if sandbox not in SANDBOXES:
         return False, f"{SANDBOX_ENV}={sandbox!r} is not one of {', '.join(SANDBOXES)}"
     if pi is None:
-        return False, f"pi {PI_MIN_VERSION} or newer not found"
+        return False, f"pi {_pi().min_version} or newer not found"
     if sandbox == "bwrap":
         problem = bwrap_problem()
         if problem is not None:
@@ -183,7 +189,7 @@ class AgentProposer:
         model: str,
         token: str | None,
         facts: str,
-        pi: PiBinary,
+        pi: HarnessBinary,
         timeout: float = 600.0,
         workdir: Path | None = None,
         health_timeout: float = 120.0,
@@ -258,15 +264,9 @@ class AgentProposer:
     def _run(self, box: _Layout, prompt: str) -> ProcessRun:
         inside_url = f"http://127.0.0.1:{self._inside_port}" if self.sandbox == "bwrap" else self.daemon_url
         self._write_agent_dir(box, inside_url)
-        env = pi_environment(
-            home=box.home,
-            agent=box.agent,
-            env={
-                "REEF_API_KEY": self.token or "reef-local",
-                "REEF_SCENARIO": self.scenario,
-                "REEF_CAPTURE": "false",
-            },
-        )
+        pi = _pi()
+        routing = pi.routing(inside_url, self.scenario, self.token)
+        env = pi.environment(home=box.home, config=box.agent, env=routing, binary=self.pi)
         pi_argv = [str(self.pi.path), "--offline", "-p", "--no-session", prompt]
         if self.sandbox == "none":
             return run_captured(
@@ -293,10 +293,7 @@ class AgentProposer:
 
     def _write_agent_dir(self, box: _Layout, reef_url: str) -> None:
         target = Target(
-            reef_url=reef_url,
-            scenario=self.scenario,
-            model=self.model,
-            headers={"x-reef-capture": "REEF_CAPTURE"},
+            reef_url=reef_url, scenario=self.scenario, model=self.model, headers=health_headers(_pi())
         )
         # reef's provider and model, as a release would have them; the rules file is not the agent's
         files = renderer_for("pi").render(HarnessTree.empty(), target)

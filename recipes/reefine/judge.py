@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recipes.reefine.structured import ask_json, schema
+from recipes.reefine.structured import ask_one, schema
 from reef_core.learning.model import ModelCaller
 from reef_core.sessions import JUDGE_SCORES
 
@@ -65,13 +65,6 @@ def judge_turn(model: ModelCaller, answer: str, next_message: str, *, retries: i
             raise ValueError(f"verdict must be one of {', '.join(JUDGE_SCORES)}")
         return Verdict(verdict, " ".join(str(value.get("reason") or "").split())[:500])
 
-    result, _ = ask_json(
-        model,
-        [{"role": "user", "content": prompt}],
-        system=JUDGE_SYSTEM,
-        shape=JUDGE_SCHEMA,
-        check=check,
-        retries=retries,
-        max_tokens=512,
+    return ask_one(
+        model, prompt, system=JUDGE_SYSTEM, shape=JUDGE_SCHEMA, check=check, retries=retries, max_tokens=512
     )
-    return result

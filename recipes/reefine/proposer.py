@@ -17,8 +17,9 @@ spends more than its budget of model calls.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from recipes.reefine.structured import Unusable, ask_json, parse_json_object, schema
 from reef_core.errors import ReefError
@@ -26,6 +27,8 @@ from reef_core.harness import KINDS, OPS, Change, HarnessTree, TreeError
 from reef_core.learning.model import ModelCaller
 
 __all__ = ["Proposal", "Proposer", "StepSkipped", "parse_json_object"]
+
+T = TypeVar("T")
 
 PROPOSER_SYSTEM = """You are reefine. You change the harness of a coding agent ({adapter}) so that the
 agent does what a person asked for, from now on. The harness is a tree of entries:
@@ -160,18 +163,7 @@ class Proposer:
                 raise ValueError(exc.message) from exc
             return design, changes, candidate
 
-        try:
-            (design, changes, candidate), used = ask_json(
-                self.model,
-                conversation,
-                system=self.system,
-                shape=PROPOSAL_SCHEMA,
-                check=check,
-                retries=self.retries,
-                max_tokens=self.max_tokens,
-            )
-        except Unusable as exc:
-            raise StepSkipped(f"the proposer's answer: {exc.message}") from exc
+        (design, changes, candidate), used = self._ask(conversation, PROPOSAL_SCHEMA, check, "answer")
         return design, changes, candidate, used
 
     def _review(self, conversation: list[dict[str, str]]) -> tuple[dict[str, str], int]:
@@ -183,18 +175,29 @@ class Proposer:
                 raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}")
             return {"verdict": verdict, "missing": str(value.get("missing") or "")}
 
+        return self._ask(conversation, REVIEW_SCHEMA, check, "self-review")
+
+    def _ask(
+        self,
+        conversation: list[dict[str, str]],
+        shape: dict[str, Any],
+        check: Callable[[dict[str, Any]], T],
+        what: str,
+    ) -> tuple[T, int]:
+        """One answer on the step's conversation; an unusable one skips the step (the proposer's
+        ``what``: its answer or its self-review)."""
         try:
             return ask_json(
                 self.model,
                 conversation,
                 system=self.system,
-                shape=REVIEW_SCHEMA,
+                shape=shape,
                 check=check,
                 retries=self.retries,
                 max_tokens=self.max_tokens,
             )
         except Unusable as exc:
-            raise StepSkipped(f"the proposer's self-review: {exc.message}") from exc
+            raise StepSkipped(f"the proposer's {what}: {exc.message}") from exc
 
 
 def _parse_proposal(value: dict[str, Any]) -> tuple[str, tuple[Change, ...]]:

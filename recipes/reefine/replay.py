@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipes.reefine.spending import sessions_needed
-from recipes.reefine.structured import ask_json, schema
+from recipes.reefine.structured import ask_one, schema
 from reef_core.learning.model import ModelCaller
 
 __all__ = ["ReplayCase", "gate", "sign_test"]
@@ -78,16 +78,15 @@ def _verdict(model: ModelCaller, case: ReplayCase, first: str, second: str, retr
             raise ValueError('"better" must be "1", "2" or "tie"')
         return better, " ".join(str(value.get("reason") or "").split())[:300]
 
-    result, _ = ask_json(
+    return ask_one(
         model,
-        [{"role": "user", "content": prompt}],
+        prompt,
         system=PAIRWISE_SYSTEM,
         shape=PAIRWISE_SCHEMA,
         check=check,
         retries=retries,
         max_tokens=512,
     )
-    return result
 
 
 def gate(

@@ -14,7 +14,9 @@ connection, with ``x-reef-scenario`` set to the step's scenario and ``x-reef-cap
 whatever the sandbox sent, so the agent can neither reach reef's other routes with the token it
 holds nor record into the scenario's data.
 
-This module imports the standard library only: it is also the program that runs inside.
+This module imports the standard library only: it is also the program that runs inside.  The
+bwrap probe, which runs only outside, starts bwrap with :func:`reef_core.procs.run_brief`, imported
+when it runs.
 """
 
 from __future__ import annotations
@@ -81,16 +83,11 @@ def bwrap_problem() -> str | None:
 @functools.lru_cache(maxsize=4)
 def _probe(bwrap: str) -> str | None:
     # the same namespaces and mounts the agent gets: containers often refuse one of them
+    from reef_core.procs import run_brief  # outside only (module docstring)
+
     argv = bwrap_command(["/bin/true"], writable=(), bwrap=bwrap)
     try:
-        probe = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=_PROBE_TIMEOUT,
-        )
+        probe = run_brief(argv, timeout=_PROBE_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap cannot create namespaces here: {exc}"
     if probe.returncode != 0:

@@ -42,8 +42,8 @@ failure drops the next test back to ``gamma_t * alpha``.
 **What counts.**  Only a gate that runs a test spends: one with fewer held-out sessions within
 ``replay-max-calls`` than ``sessions_needed`` of its level spends nothing and does not move t
 (that decision depends on how many sessions exist, never on the verdicts, so it costs the bound
-nothing).  The history is counted per learner from its step records, oldest first; the recipe
-(``recipe.py``) reads it there and, when it picks the held-out sessions to replay, puts those a
+nothing).  The history is counted per learner from its step records, oldest first; the replay
+check (``checks.py``) reads it there and, when it picks the held-out sessions to replay, puts those a
 passing gate already replayed last, so fresh evidence comes first.  That choice helps the tests'
 power; the bound does not depend on it.
 

@@ -2,10 +2,11 @@
 it, and send an unusable answer back with the reason, a bounded number of times.
 
 Every model call reefine makes (proposer, self-review, reviewer, judge, reflector, curator)
-goes through :func:`ask_json`.  The schema travels as ``response_format`` (OpenAI) or a forced
-tool (Anthropic); an upstream that refuses it is remembered and asked in plain words instead
-(``reef_core.daemon.model_calls``), so the answer is parsed from text either way: a small model
-behind llama.cpp gave no JSON object without a schema and schema-shaped JSON with one.
+goes through :func:`ask_json` (a one-message question through :func:`ask_one`).  The schema
+travels as ``response_format`` (OpenAI) or a forced tool (Anthropic); an upstream that refuses
+it is remembered and asked in plain words instead (``reef_core.daemon.model_calls``), so the
+answer is parsed from text either way: a small model behind llama.cpp gave no JSON object
+without a schema and schema-shaped JSON with one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 from reef_core.errors import ReefError
 from reef_core.learning.model import ModelCaller
 
-__all__ = ["RETRY_REQUEST", "Unusable", "ask_json", "parse_json_object", "schema"]
+__all__ = ["RETRY_REQUEST", "Unusable", "ask_json", "ask_one", "parse_json_object", "schema"]
 
 T = TypeVar("T")
 
@@ -91,3 +92,26 @@ def ask_json(
             if attempt < retries:
                 conversation.append({"role": "user", "content": RETRY_REQUEST.format(problem=problem)})
     raise Unusable(f"the answer was unusable {retries + 1} times; last: {problem}")
+
+
+def ask_one(
+    model: ModelCaller,
+    prompt: str,
+    *,
+    system: str,
+    shape: dict[str, Any],
+    check: Callable[[dict[str, Any]], T],
+    retries: int = 2,
+    max_tokens: int = 2048,
+) -> T:
+    """:func:`ask_json` on a conversation of one user message, ``prompt``: ``check``'s result."""
+    result, _ = ask_json(
+        model,
+        [{"role": "user", "content": prompt}],
+        system=system,
+        shape=shape,
+        check=check,
+        retries=retries,
+        max_tokens=max_tokens,
+    )
+    return result

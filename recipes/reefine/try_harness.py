@@ -2,8 +2,9 @@
 
 Run as ``python -I -B -m recipes.reefine.try_harness <config.json>`` by the pi extension the agent
 proposer installs (see :mod:`recipes.reefine.agent`), with the agent's workspace as cwd.  It reads
-the workspace as a harness tree, lists its problems, renders it for pi and runs the health check
-(the real pi, through reef, on the health task), then prints the findings for the agent and exits
+the workspace as a harness tree, lists its problems, renders it for pi and runs pi's health check
+(the real pi, through reef, on the health task; found with
+:func:`reef_core.harness.health_check_for`), then prints the findings for the agent and exits
 0 when the tree is fit to release, 1 when it is not, 2 when the tool itself is misconfigured.
 
 The config file (written by the proposer, outside the workspace) holds ``workspace``,
@@ -23,15 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes.reefine.health import PiBinary, run_health
 from reef_core.errors import ReefError
 from reef_core.harness import (
     MANIFEST_PATH,
     MAX_ENTRIES,
     MAX_ENTRY_BYTES,
+    HarnessBinary,
     HarnessTree,
     Target,
     TreeError,
+    health_check_for,
+    health_headers,
     renderer_for,
 )
 
@@ -87,7 +90,7 @@ def try_tree(
     *,
     target: Target,
     env: Mapping[str, str],
-    pi: PiBinary,
+    pi: HarnessBinary,
     timeout: float,
     task: str,
 ) -> TryResult:
@@ -105,7 +108,7 @@ def try_tree(
         lines += ["problems (fix these; the health check did not run):", *(f"- {p}" for p in problems)]
         return TryResult(False, "\n".join(lines), digest)
     rendered = renderer_for("pi").render(tree, target)
-    result = run_health(rendered, env=env, task=task, timeout=timeout, pi=pi)
+    result = health_check_for("pi").run(rendered, env=env, task=task, timeout=timeout, binary=pi)
     lines.append(f"health: {'passed' if result.passed else 'FAILED'}: {result.detail}")
     return TryResult(result.passed, "\n".join(lines), digest)
 
@@ -124,18 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         config = _config(args[0])
+        check = health_check_for("pi")
         target = Target(
             reef_url=config["reef_url"],
             scenario=config["scenario"],
             model=config["model"],
-            headers={"x-reef-capture": "REEF_CAPTURE"},
+            headers=health_headers(check),
         )
-        pi = PiBinary(Path(config["pi"]), str(config["pi_version"]))
-        env = {
-            "REEF_SCENARIO": target.scenario,
-            "REEF_API_KEY": os.environ.get("REEF_API_KEY") or "reef-local",
-            "REEF_CAPTURE": "false",
-        }
+        pi = HarnessBinary(Path(config["pi"]), str(config["pi_version"]))
+        env = check.routing(target.reef_url, target.scenario, os.environ.get("REEF_API_KEY"))
         result = try_tree(
             Path(config["workspace"]),
             target=target,

@@ -1,18 +1,34 @@
-"""Harness trees: the adapter-neutral artifact the reefine recipe evolves, and the seam to render it.
+"""Harness trees: the adapter-neutral artifact the reefine recipe evolves, and the seams to the harnesses.
 
 | module   | owns |
 |---|---|
 | ``tree``   | entries, changes, the release manifest, well-formedness, diffs and the approval rule |
 | ``render`` | the Renderer and Installer protocols, render targets, finding them by adapter name |
+| ``health`` | the HealthCheck protocol (the real harness started on rendered files), its results |
 | ``diff``   | file-by-file unified diffs between two trees (reviewer prompt, step page, review TUI) |
 
-Owns: the tree as a value over ``dict[str, bytes]`` file maps. Pure: no git, no network, no files.
+Owns: the tree as a value over ``dict[str, bytes]`` file maps, and the protocols adapters
+implement (found by dotted reference, so reef_core never imports an adapter).  Pure: no git, no
+network, no files, no processes.
 Does not own: storing trees as commits (``reef_core.store``), screening their text
-(``reef_core.release``), any one harness's layout (``adapters/<name>/render.py``).
+(``reef_core.release``), any one harness's layout or binary (``adapters/<name>/``).
 May import: ``reef_core.errors``, ``reef_core.ids`` and the standard library only.
+
+The package's API is ``tree``'s whole ``__all__`` (imported with ``*``, so it is listed once,
+there) and the names below from the other modules.
 """
 
+from reef_core.harness import tree
 from reef_core.harness.diff import FileDiff, diff_files, diff_text
+from reef_core.harness.health import (
+    HEALTH_CHECKS,
+    HEALTH_TASK,
+    HarnessBinary,
+    HealthCheck,
+    HealthResult,
+    health_check_for,
+    health_headers,
+)
 from reef_core.harness.render import (
     ADAPTERS,
     APIS,
@@ -24,58 +40,27 @@ from reef_core.harness.render import (
     installer_for,
     renderer_for,
 )
-from reef_core.harness.tree import (
-    APPROVAL_CONFIG_KEYS,
-    KINDS,
-    MANIFEST_PATH,
-    MAX_ENTRIES,
-    MAX_ENTRY_BYTES,
-    OPS,
-    REEF_OWNED_CONFIG_KEYS,
-    Change,
-    Entry,
-    Frontmatter,
-    HarnessTree,
-    Manifest,
-    TreeError,
-    approval_changes,
-    changed_entries,
-    is_reserved,
-    needs_approval,
-    parse_frontmatter,
-    summarize_changes,
-)
+from reef_core.harness.tree import *  # noqa: F403
 
 __all__ = [
     "ADAPTERS",
     "APIS",
-    "APPROVAL_CONFIG_KEYS",
+    "HEALTH_CHECKS",
+    "HEALTH_TASK",
     "INSTALLERS",
-    "KINDS",
-    "MANIFEST_PATH",
-    "MAX_ENTRIES",
-    "MAX_ENTRY_BYTES",
-    "OPS",
-    "REEF_OWNED_CONFIG_KEYS",
-    "Change",
-    "Entry",
     "FileDiff",
-    "Frontmatter",
-    "HarnessTree",
+    "HarnessBinary",
+    "HealthCheck",
+    "HealthResult",
     "InstallPlan",
     "Installer",
-    "Manifest",
     "Renderer",
     "Target",
-    "TreeError",
-    "approval_changes",
-    "changed_entries",
     "diff_files",
     "diff_text",
+    "health_check_for",
+    "health_headers",
     "installer_for",
-    "is_reserved",
-    "needs_approval",
-    "parse_frontmatter",
     "renderer_for",
-    "summarize_changes",
 ]
+__all__ += tree.__all__

@@ -2,8 +2,10 @@
 ``curl … | sh`` installer that puts a rendered release on a person's machine.
 
 An adapter (``adapters/pi``, ``adapters/claude_code``) implements :class:`Renderer` and may
-implement :class:`Installer`; reef_core finds them by dotted reference in :data:`ADAPTERS` and
-:data:`INSTALLERS`, so the library never imports an adapter.
+implement :class:`Installer` (and a health check, :mod:`reef_core.harness.health`); reef_core finds
+them by dotted reference in :data:`ADAPTERS` and :data:`INSTALLERS` (:func:`load_reference`), so
+the library never imports an adapter.  :func:`entry_files` is the part of rendering every
+adapter shares: the tree checked, and its entries laid out as files by kind.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from reef_core.errors import InvalidInput
-from reef_core.harness.tree import HarnessTree, parse_frontmatter
+from reef_core.harness.tree import HarnessTree, TreeError, parse_frontmatter
 from reef_core.ids import validate_scenario_name
 
 __all__ = [
@@ -26,7 +28,9 @@ __all__ = [
     "Installer",
     "Renderer",
     "Target",
+    "entry_files",
     "installer_for",
+    "load_reference",
     "renderer_for",
     "tree_context",
 ]
@@ -83,6 +87,11 @@ class Renderer(Protocol):
         Raises :class:`~reef_core.harness.tree.TreeError` when ``tree.problems()`` is not empty."""
         ...
 
+    def skipped(self, tree: HarnessTree) -> list[str]:
+        """One line for people per entry of ``tree`` this harness has no form for (it is left out
+        of :meth:`render`'s files); empty when the harness takes every entry."""
+        ...
+
     def facts(self) -> str:
         """For the proposer's prompt: what each entry kind can do in this harness, and its limits."""
         ...
@@ -133,11 +142,12 @@ class Installer(Protocol):
         ...
 
 
-def tree_context(tree: HarnessTree, *, rules_title: str, skills_title: str) -> list[str]:
-    """What a harness puts in its prompt for ``tree``, as text blocks: the rules under
+def tree_context(tree: HarnessTree, *, before: str = "", rules_title: str, skills_title: str) -> str:
+    """What a harness puts in its prompt for ``tree``, after ``before`` (a recorded system text
+    with the served tree taken out), as text blocks apart by a blank line: the rules under
     ``rules_title`` (each as ``## <name>``), then the skills, one ``- <name>: <description>`` line
-    each, under ``skills_title``; a block is left out when the tree has none."""
-    parts = []
+    each, under ``skills_title``; a block is left out when it would be empty."""
+    parts = [before.rstrip()] if before.strip() else []
     rules = [f"## {entry.name}\n\n{entry.content.strip()}\n" for entry in tree.of_kind("rule")]
     if rules:
         parts.append(f"{rules_title}\n\n" + "\n".join(rules))
@@ -148,10 +158,30 @@ def tree_context(tree: HarnessTree, *, rules_title: str, skills_title: str) -> l
         skills.append(f"- {entry.name}: {description}".rstrip(": "))
     if skills:
         parts.append(f"{skills_title}\n" + "\n".join(skills))
-    return parts
+    return "\n\n".join(parts)
 
 
-def _load(registry: dict[str, str], adapter: object, unknown: str) -> Any:
+def entry_files(tree: HarnessTree, harness: str, layout: Mapping[str, str]) -> dict[str, bytes]:
+    """The files of ``tree``'s entries of each kind in ``layout``, which maps a kind to a path
+    pattern (``"skills/{name}/SKILL.md"``), in the order of ``layout``.  Raises
+    :class:`~reef_core.harness.tree.TreeError` naming ``harness`` when ``tree.problems()`` is not
+    empty."""
+    problems = tree.problems()
+    if problems:
+        raise TreeError(
+            f"the harness tree cannot be rendered for {harness}: " + "; ".join(problems), field="tree"
+        )
+    return {
+        pattern.format(name=entry.name): entry.content.encode("utf-8")
+        for kind, pattern in layout.items()
+        for entry in tree.of_kind(kind)
+    }
+
+
+def load_reference(registry: Mapping[str, str], adapter: object, unknown: str) -> Any:
+    """An instance of the class that ``registry`` names for ``adapter`` (``module:Class``, imported
+    now); an adapter the registry lacks raises :class:`InvalidInput` saying ``unknown`` and listing
+    the known ones."""
     reference = registry.get(adapter) if isinstance(adapter, str) else None
     if reference is None:
         raise InvalidInput(
@@ -163,7 +193,7 @@ def _load(registry: dict[str, str], adapter: object, unknown: str) -> Any:
 
 def renderer_for(adapter: str) -> Renderer:
     """The renderer of ``adapter``; an unknown name raises :class:`InvalidInput` listing the known ones."""
-    renderer = _load(ADAPTERS, adapter, "unknown adapter")
+    renderer = load_reference(ADAPTERS, adapter, "unknown adapter")
     if not isinstance(renderer, Renderer):
         raise TypeError(f"{ADAPTERS[adapter]} does not implement the Renderer protocol")
     return renderer
@@ -172,7 +202,7 @@ def renderer_for(adapter: str) -> Renderer:
 def installer_for(adapter: str) -> Installer:
     """The installer of ``adapter``; an adapter without one raises :class:`InvalidInput` listing
     those that have one."""
-    installer = _load(INSTALLERS, adapter, "no installer for adapter")
+    installer = load_reference(INSTALLERS, adapter, "no installer for adapter")
     if not isinstance(installer, Installer):
         raise TypeError(f"{INSTALLERS[adapter]} does not implement the Installer protocol")
     return installer

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from recipes.reefine.health import PiBinary
+from reef_core.harness import HarnessBinary as PiBinary
 from tests.daemon.conftest import RunningReef, make_reef
 from tests.reefine.conftest import reefine as reefine_with_default_pi
 from tests.reefine.conftest import upstream

@@ -8,9 +8,10 @@ import json
 import httpx
 import pytest
 
-from adapters.pi.launcher import main, versions_table
-from recipes.reefine.health import PiBinary
+from adapters.pi.launcher import main
+from adapters.verbs import versions_table
 from reef_core.harness import Entry, HarnessTree
+from reef_core.harness import HarnessBinary as PiBinary
 from tests.adapters.conftest import SCENARIO, Machine, both_pis, run_records
 from tests.adapters.test_pi_install import publish
 from tests.conftest import git

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.reefine.health_claude import ClaudeBinary, find_claude, missing_claude
+from adapters.claude_code.health import find_claude, missing_claude
+from reef_core.harness import HarnessBinary as ClaudeBinary
 
 __all__ = ["require_claude"]
 

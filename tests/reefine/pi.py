@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from recipes.reefine.health import PI_MIN_VERSION, PiBinary, find_pi, probe_pi
+from adapters.pi.health import PI_MIN_VERSION, find_pi, probe_pi
+from reef_core.harness import HarnessBinary as PiBinary
 
 __all__ = ["PI_NEXT", "TESTED_PIS", "require_pi"]
 

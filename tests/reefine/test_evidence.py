@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from recipes.reefine import evidence
+from recipes.reefine.curate import edit_supported, hold_reasons, taught_bullets
 from recipes.reefine.playbook import Bullet, Edit
-from recipes.reefine.usage import Lesson, Material, edit_supported, hold_reasons, locate, taught_bullets
+from recipes.reefine.reflect import Lesson, Material, locate
 from reef_core.harness import HarnessTree
 from reef_core.harness.tree import Entry
 from reef_core.sessions import Message, Session

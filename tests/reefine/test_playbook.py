@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from recipes.reefine.playbook import Edit, EditError, apply_edits, bullets
+from recipes.reefine.reflect import Material, locate
 from recipes.reefine.replay import sign_test
 from recipes.reefine.risks import risks
-from recipes.reefine.usage import Material, held_out, locate
+from recipes.reefine.usage import held_out
 from reef_core.harness import HarnessTree
 from reef_core.harness.tree import Entry
 from reef_core.sessions import Message, Session

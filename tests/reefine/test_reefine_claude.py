@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from recipes.reefine.recipe import step_adapters
+from recipes.reefine.usage_step import step_adapters
 from tests.fakes.upstream import ScriptedUpstream, Text
 from tests.reefine.claude import require_claude
 from tests.reefine.conftest import APPROVE, DELIVERS, HEALTHY, evolve, extension, proposal, skill

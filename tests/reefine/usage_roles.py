@@ -15,11 +15,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipes.reefine.checks import REVIEWER_SYSTEM
+from recipes.reefine.curate import CURATE_SYSTEM
 from recipes.reefine.judge import JUDGE_SYSTEM
 from recipes.reefine.proposer import PROPOSER_SYSTEM
-from recipes.reefine.recipe import REVIEWER_SYSTEM
+from recipes.reefine.reflect import REFLECT_SYSTEM
 from recipes.reefine.replay import PAIRWISE_SYSTEM
-from recipes.reefine.usage import CURATE_SYSTEM, REFLECT_SYSTEM
 from tests.fakes.upstream import Error, Reply, Text
 
 __all__ = ["LESSON", "POISON", "Roles", "held", "kept", "system_of"]

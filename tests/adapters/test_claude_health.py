@@ -11,16 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from recipes.reefine.health import HEALTH_TASK
-from recipes.reefine.health_claude import (
-    CLAUDE_MIN_VERSION,
-    ClaudeBinary,
-    claude_routing,
-    find_claude,
-    run_claude_health,
-)
+from adapters.claude_code.health import CLAUDE_MIN_VERSION, claude_routing, find_claude, run_claude_health
 from reef_core.errors import InvalidInput
-from reef_core.harness import HarnessTree, Target, renderer_for
+from reef_core.harness import HEALTH_TASK, HarnessTree, Target, renderer_for
+from reef_core.harness import HarnessBinary as ClaudeBinary
 from tests.daemon.conftest import RunningReef
 from tests.fakes.upstream import Error, Hang, ScriptedUpstream, Text
 from tests.reefine.claude import require_claude

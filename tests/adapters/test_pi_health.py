@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from recipes.reefine.health import HEALTH_TASK, PI_VERSION, PiBinary, find_pi, run_health
+from adapters.pi.health import PI_MIN_VERSION as PI_VERSION
+from adapters.pi.health import find_pi, run_health
 from reef_core.errors import InvalidInput
+from reef_core.harness import HEALTH_TASK
+from reef_core.harness import HarnessBinary as PiBinary
 from tests.fakes.upstream import Hang, ScriptedUpstream, Text, free_port
 from tests.reefine.pi import require_pi
 
