@@ -45,8 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adapters.launcher import path_with  # noqa: E402  (the PATH reef-claude and reef-pi give)
-from bench.proxy import start_reef, start_upstream  # noqa: E402  (one copy of each, shared)
+from adapters.binaries import path_with  # noqa: E402  (the PATH reef-claude and reef-pi give)
+from bench.proxy import reef_on_upstream  # noqa: E402  (one copy of each, shared)
 
 SCENARIO = "bench"
 CLAUDE = ROOT / ".cache" / "tools" / "claude-code" / "node_modules" / ".bin" / "claude"
@@ -168,16 +168,8 @@ def measure(args: argparse.Namespace, root: Path) -> None:
     for binary in (CLAUDE, PI):
         if not os.access(binary, os.X_OK):
             raise SystemExit(f"bench: {binary} is missing: run scripts/setup.sh --dev")
-    upstream, direct = start_upstream()
-    try:
-        reef_proc, reef = start_reef(direct, str(root / "state"))
-        try:
-            rows = run(args, root, reef)
-        finally:
-            reef_proc.terminate()
-            reef_proc.wait(30)
-    finally:
-        upstream.kill()
+    with reef_on_upstream(str(root / "state")) as (_proc, reef, _direct):
+        rows = run(args, root, reef)
     print(
         f"{'medians of ' + str(args.runs) + ', ms':<38} {'reef':>8} {'baseline':>9} {'added':>8} {'ratio':>7}"
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -31,9 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import httpx
 import uvloop
 
 from reef_core.upstream.lean import LeanHTTP
@@ -91,9 +94,12 @@ def start_reef(upstream: str, state: str) -> tuple[subprocess.Popen[bytes], str]
     return launch_reef(state, "--inference.upstream-url", upstream)
 
 
-def launch_reef(state: str, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+def launch_reef(
+    state: str, *flags: str, ready: str | None = None, failed: str = "reef did not start"
+) -> tuple[subprocess.Popen[bytes], str]:
     """``reef serve FLAGS`` on a free port with ``state`` as its state dir, once it accepts
-    connections (a local model may still be loading: ask it for ``/v1/models`` to know)."""
+    connections, or with ``ready`` (a path, such as ``/v1/models`` while a local model may
+    still be loading) once that path answers 200; a ``RuntimeError(failed)`` if it does not."""
     port = free_port()
     reef = Path(sys.executable).with_name("reef")
     proc = subprocess.Popen(
@@ -105,13 +111,52 @@ def launch_reef(state: str, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300  # a local model loads before the daemon listens
     while time.time() < deadline and proc.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, url
-        except OSError:
-            time.sleep(0.1)
+        if _answers(port, ready):
+            return proc, url
+        time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("reef did not start")
+    raise RuntimeError(failed)
+
+
+def _answers(port: int, ready: str | None) -> bool:
+    try:
+        if ready is not None:
+            return httpx.get(f"http://127.0.0.1:{port}{ready}", timeout=1).status_code == 200
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except (OSError, httpx.HTTPError):
+        return False
+
+
+@contextlib.contextmanager
+def upstream_running() -> Iterator[str]:
+    """The scripted upstream's URL for the block (:func:`start_upstream`), killed after."""
+    proc, url = start_upstream()
+    try:
+        yield url
+    finally:
+        proc.kill()
+
+
+@contextlib.contextmanager
+def reef_running(
+    state: str, *flags: str, ready: str | None = None, failed: str = "reef did not start"
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``reef serve`` for the block (:func:`launch_reef`), stopped after."""
+    proc, url = launch_reef(state, *flags, ready=ready, failed=failed)
+    try:
+        yield proc, url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@contextlib.contextmanager
+def reef_on_upstream(state: str) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
+    """The scripted upstream and a ``reef serve`` in front of it, for the block: reef's process,
+    its URL and the upstream's."""
+    with upstream_running() as direct, reef_running(state, "--inference.upstream-url", direct) as (proc, url):
+        yield proc, url, direct
 
 
 HEADERS = {"x-reef-scenario": "bench", "content-type": "application/json"}
@@ -176,6 +221,11 @@ class Client:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def added_ms(direct: list[float], reef: list[float], q: float) -> float:
+    """Milliseconds reef adds at quantile ``q``: its ``pct`` less the direct one's."""
+    return (pct(reef, q) - pct(direct, q)) * 1000.0
 
 
 async def sequential(
@@ -256,8 +306,8 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -
         print(
             f"c=1 non-stream   direct p50 {pct(d, 0.5) * ms:6.2f} ms  p99 {pct(d, 0.99) * ms:6.2f} ms | "
             f"reef p50 {pct(r, 0.5) * ms:6.2f} ms  p99 {pct(r, 0.99) * ms:6.2f} ms | "
-            f"added p50 {(pct(r, 0.5) - pct(d, 0.5)) * ms:5.2f} ms  "
-            f"p99 {(pct(r, 0.99) - pct(d, 0.99)) * ms:5.2f} ms"
+            f"added p50 {added_ms(d, r, 0.5):5.2f} ms  "
+            f"p99 {added_ms(d, r, 0.99):5.2f} ms"
         )
         # what the machine's speed swings move less than latency: reef's own work
         print(f"c=1 non-stream   {used}")
@@ -269,8 +319,8 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -
         print(
             f"c=1 stream TTFB  direct p50 {pct(df, 0.5) * ms:6.2f} ms | "
             f"reef p50 {pct(rf, 0.5) * ms:6.2f} ms | "
-            f"added p50 {(pct(rf, 0.5) - pct(df, 0.5)) * ms:5.2f} ms  "
-            f"p99 {(pct(rf, 0.99) - pct(df, 0.99)) * ms:5.2f} ms;  whole stream added p50 "
+            f"added p50 {added_ms(df, rf, 0.5):5.2f} ms  "
+            f"p99 {added_ms(df, rf, 0.99):5.2f} ms;  whole stream added p50 "
             f"{(statistics.median(rt) - statistics.median(dt)) * ms:5.2f} ms"
         )
         large = json.dumps(large_body()).encode()
@@ -279,7 +329,7 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -
         r = [t for _, t in big["reef"]]
         print(
             f"c=1 {len(large) // 1024} KB req  direct p50 {pct(d, 0.5) * ms:6.2f} ms | "
-            f"reef p50 {pct(r, 0.5) * ms:6.2f} ms | added p50 {(pct(r, 0.5) - pct(d, 0.5)) * ms:5.2f} ms"
+            f"reef p50 {pct(r, 0.5) * ms:6.2f} ms | added p50 {added_ms(d, r, 0.5):5.2f} ms"
         )
         n = args.requests * 6
         for stream in (False, True):
@@ -310,18 +360,10 @@ def records(state: Path) -> int:
 
 def measure(args: argparse.Namespace, state: Path) -> None:
     before = records(state)
-    upstream, direct = start_upstream()
-    try:
-        reef_proc, reef = start_reef(direct, str(state))
-        try:
-            # the loop reef serve runs on, for the load generator too
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(run(args, direct, reef, reef_proc.pid))
-        finally:
-            reef_proc.terminate()
-            reef_proc.wait(30)
-    finally:
-        upstream.kill()
+    with reef_on_upstream(str(state)) as (reef_proc, reef, direct):
+        # the loop reef serve runs on, for the load generator too
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(run(args, direct, reef, reef_proc.pid))
     print(
         f"records committed: {records(state) - before} ({records(state)} in the scenario); "
         f"cpu: {os.cpu_count()} cores (upstream, reef and this client share them)"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy import launch_reef  # noqa: E402
+from bench.proxy import reef_running  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench-models"
 PROMPTS = [
@@ -60,23 +61,14 @@ PROMPTS = [
 ]
 
 
-def start_reef(state: str) -> tuple[Any, str]:
-    """``reef serve`` on builtin:smollm2, once the model answers ``/v1/models``."""
-    proc, url = launch_reef(
-        state, "--inference.model-path", "builtin:smollm2", "--inference.model-cache", str(CACHE)
+def serving_reef(state: str) -> contextlib.AbstractContextManager[tuple[Any, str]]:
+    """``reef serve`` on builtin:smollm2 for the block, once the model answers ``/v1/models``."""
+    return reef_running(
+        state,
+        *("--inference.model-path", "builtin:smollm2", "--inference.model-cache", str(CACHE)),
+        ready="/v1/models",
+        failed="reef did not start serving builtin:smollm2 (run scripts/setup.sh --dev)",
     )
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("reef did not start serving builtin:smollm2 (run scripts/setup.sh --dev)")
 
 
 def body(prompt: str, seed: int, max_tokens: int, stream: bool) -> dict[str, Any]:
@@ -169,21 +161,16 @@ def main() -> int:
     prompts = PROMPTS[:8] if args.quick else PROMPTS
     max_tokens = 24 if args.quick else args.max_tokens
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="reef-bench-serving-") as state:
-        proc, url = start_reef(state)
-        try:
+    with tempfile.TemporaryDirectory(prefix="reef-bench-serving-") as state, serving_reef(state) as (_, url):
 
-            async def serve() -> tuple[tuple[int, float], tuple[int, float]]:
-                async with httpx.AsyncClient(timeout=600, headers={"x-reef-scenario": "bench"}) as client:
-                    await concurrent(client, url, prompts[:2], 4)  # warm up
-                    return await one_stream(client, url, prompts, max_tokens), await concurrent(
-                        client, url, prompts, max_tokens
-                    )
+        async def serve() -> tuple[tuple[int, float], tuple[int, float]]:
+            async with httpx.AsyncClient(timeout=600, headers={"x-reef-scenario": "bench"}) as client:
+                await concurrent(client, url, prompts[:2], 4)  # warm up
+                return await one_stream(client, url, prompts, max_tokens), await concurrent(
+                    client, url, prompts, max_tokens
+                )
 
-            stream, together = asyncio.run(serve())
-        finally:
-            proc.terminate()
-            proc.wait(30)
+        stream, together = asyncio.run(serve())
     alone, batched = plain_generate(prompts, max_tokens)
     base = alone[0] / alone[1]
     rows = [

@@ -53,6 +53,7 @@ and the machine's other load, not with the history; its median stayed at 150-240
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -62,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -406,29 +408,41 @@ def reads(state: Path, name: str) -> str:
     return f"reads at {name[1:]}: get by id {get_us:.0f} us; iterate {iterate:,.0f} items/s"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sizes", default="1000,10000,100000,1000000")
-    parser.add_argument("--quick", action="store_true", help="sizes 1000,5000 and short runs")
+def sized_parser(doc: str, *, sizes: str, quick: str, cache: Path) -> argparse.ArgumentParser:
+    """The options of a bench over scenario sizes in a kept state directory (this one and
+    ``bench/sync.py``): ``--sizes``, ``--quick``, ``--fresh`` and ``--state``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=sizes)
+    parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--fresh", action="store_true", help="a new state directory, removed after")
-    parser.add_argument("--state", type=Path, default=CACHE, help="the kept state directory")
+    parser.add_argument("--state", type=Path, default=cache, help="the kept state directory")
+    return parser
+
+
+@contextlib.contextmanager
+def state_dir(args: argparse.Namespace, prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """The state directory of a :func:`sized_parser` bench: with ``--fresh`` a new one (in
+    ``parent``), removed after; else ``--state``'s, kept."""
+    if args.fresh:
+        with tempfile.TemporaryDirectory(prefix=prefix, dir=parent) as tmp:
+            yield Path(tmp)
+        return
+    args.state.mkdir(parents=True, exist_ok=True)
+    yield args.state
+
+
+def main() -> None:
+    parser = sized_parser(
+        __doc__, sizes="1000,10000,100000,1000000", quick="sizes 1000,5000 and short runs", cache=CACHE
+    )
     parser.add_argument("--gap-ms", type=float, default=1.0, help="pause before each lone commit")
     args = parser.parse_args()
     sizes = [1000, 5000] if args.quick else [int(s) for s in args.sizes.split(",")]
     args.lone, args.group, args.naive, requests = (
         (200, 1000, 100, 50) if args.quick else (500, 2000, 300, 200)
     )
-
-    if args.fresh:
-        with tempfile.TemporaryDirectory(
-            prefix="reef-store-bench-", dir=CACHE.parent if CACHE.parent.is_dir() else None
-        ) as tmp:
-            run(Path(tmp), sizes, args, requests)
-        return
-    args.state.mkdir(parents=True, exist_ok=True)
-    run(args.state, sizes, args, requests)
+    with state_dir(args, "reef-store-bench-", CACHE.parent if CACHE.parent.is_dir() else None) as state:
+        run(state, sizes, args, requests)
 
 
 def run(state: Path, sizes: list[int], args: argparse.Namespace, requests: int) -> None:

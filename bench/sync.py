@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.proxy import HEADERS as PROXY_HEADERS  # noqa: E402
 from bench.proxy import Client, children_cpu_ns, launch_reef, pct, sequential, start_upstream  # noqa: E402
-from bench.store import BODY, SUMMARY, measure_group, measure_lone, prepare  # noqa: E402
+from bench.store import BODY, SUMMARY, measure_group, measure_lone, prepare, sized_parser, state_dir  # noqa: E402
 from reef_core.store import Scenario, Store, StoreOptions, build_tree  # noqa: E402
 from reef_core.store.remotes import add_remote, list_remotes, remove_remote  # noqa: E402
 from reef_core.store.repo import init_bare  # noqa: E402
@@ -326,13 +326,7 @@ def print_rows(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--quick", action="store_true", help="sizes 1000,10000 and short runs")
-    parser.add_argument("--fresh", action="store_true", help="a new state directory, removed after")
-    parser.add_argument("--state", type=Path, default=CACHE, help="the kept state directory")
+    parser = sized_parser(__doc__, sizes="10000,100000", quick="sizes 1000,10000 and short runs", cache=CACHE)
     parser.add_argument("--increment", type=int, default=1000, help="new records per incremental sync")
     parser.add_argument(
         "--fault-events", type=int, default=0, help="run the fault model instead: events per seed"
@@ -349,12 +343,8 @@ def main() -> None:
     sizes = [1000, 10000] if args.quick else [int(s) for s in args.sizes.split(",")]
     args.lone, args.group, args.rounds = (100, 1000, 2) if args.quick else (300, 2000, 3)
     publishes, blocks, per_block = (8, 4, 150) if args.quick else (20, 8, 500)
-    if args.fresh:
-        with tempfile.TemporaryDirectory(prefix="reef-sync-bench-") as tmp:
-            run(Path(tmp), sizes, args, publishes, blocks, per_block)
-        return
-    args.state.mkdir(parents=True, exist_ok=True)
-    run(args.state, sizes, args, publishes, blocks, per_block)
+    with state_dir(args, "reef-sync-bench-") as state:
+        run(state, sizes, args, publishes, blocks, per_block)
 
 
 def run(

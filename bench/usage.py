@@ -39,15 +39,15 @@ passes falsely), simulated and exact (the multinomial of wins, losses and ties),
 gate at ``1 - confidence``) and AFTER (each gate's level from ``spending.py``), at confidence 0.9
 and 0.8, and the sessions the first gates need.  Exits 1 when AFTER is above ``1 - confidence``
 or a simulated rate is off its exact value by more than 4 standard errors.
+
+The simulated user's tasks and preferences and the scripted model are in ``bench/usage_sim.py``;
+the null-steps part is ``bench/usage_null.py``.  This module runs the arms and prints the report.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import math
-import random
 import re
 import statistics
 import sys
@@ -55,27 +55,19 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from recipes.reefine import evidence, spending, usage  # noqa: E402
-from recipes.reefine.judge import JUDGE_SYSTEM  # noqa: E402
-from recipes.reefine.playbook import bullets, similar  # noqa: E402
-from recipes.reefine.recipe import REVIEWER_SYSTEM, ReefineRecipe  # noqa: E402
-from recipes.reefine.replay import (  # noqa: E402
-    CALLS_PER_SESSION,
-    PAIRWISE_SYSTEM,
-    ReplayCase,
-    gate,
-    sign_test,
-)
-from recipes.reefine.usage import CURATE_SYSTEM, REFLECT_SYSTEM  # noqa: E402
+from bench.usage_null import run_null  # noqa: E402
+from bench.usage_sim import HARMFUL, ONE_OFF, PREFERENCES, TASKS, SimModel, serve  # noqa: E402
+from recipes.reefine import usage  # noqa: E402
+from recipes.reefine.playbook import bullets  # noqa: E402
+from recipes.reefine.recipe import ReefineRecipe  # noqa: E402
 from reef_core.daemon.reports import parse_report  # noqa: E402
 from reef_core.harness import HarnessTree, Target, renderer_for  # noqa: E402
 from reef_core.learning import Batch, Candidate, CheckResult, RecipeContext  # noqa: E402
@@ -88,213 +80,8 @@ SIMULATION = (
     "its system prompt), not a capable LLM; it shows the mechanism works end to end, not how "
     "much a real model would gain."
 )
-HARMFUL = "Say done without running the tests."
-#: what the user sometimes adds once an answer met both wishes (a one-off, not a wish)
-ONE_OFF = "That one was trivial: you could say done without running the tests."
 TARGET_MS = 50.0
 PI_SYSTEM = "You are pi, a coding agent. Use the tools to read and change files; answer briefly."
-_BULLET = re.compile(r"^- \[L\d+\] (.+)$", re.MULTILINE)
-# the user's tasks: none names the tests or a summary, so only feedback can teach them
-TASKS = (
-    "Fix the off-by-one in paginate() in api/pages.py.",
-    "Rename the config key cache_dir to cache_path everywhere.",
-    "Make the CLI print the version with --version.",
-    "Handle an empty input file in load_rows() without crashing.",
-    "Add type hints to the functions in store/index.py.",
-    "Replace the print calls in worker.py with logging.",
-    "Make parse_date() accept ISO dates with a trailing Z.",
-    "Drop the unused helper functions from utils/strings.py.",
-    "Cache the result of read_settings() for the process.",
-    "Sort the output of list_jobs() by start time.",
-    "Return a 404 from GET /items/{id} when the item is missing.",
-    "Split the long main() in cli.py into one function per command.",
-    "Make the retry delay in fetch() exponential, capped at 30 seconds.",
-)
-
-
-@dataclass(frozen=True)
-class Preference:
-    word: str  # the word a correction of it uses (the reflector and the pairwise judge look for it)
-    rule: str  # the lesson, as a rule
-    correction: str  # the user's next message when an answer missed it
-    feedback: str  # the user's report text when an answer missed it
-    met: Callable[[str], bool]
-
-
-PREFERENCES = (
-    Preference(
-        "test",
-        "Run the tests before saying done.",
-        "You said done without running the tests. Always run the tests before saying done.",
-        "It said done but never ran the tests. Run the tests before saying done.",
-        lambda answer: "I ran the tests" in answer,
-    ),
-    Preference(
-        "summary",
-        "Start every answer with a one-line summary.",
-        "Please start the answer with a one-line summary of what you did.",
-        "Too long to skim: start answers with a one-line summary.",
-        lambda answer: answer.startswith("Summary:"),
-    ),
-)
-
-
-# -- the rule-following model ------------------------------------------------------------------
-
-
-def serve(system: str, messages: Sequence[Mapping[str, str]]) -> str:
-    """The served model: it does the task and obeys each rule bullet in its system prompt (and
-    what the person's latest message asks); a "without running the tests" bullet beats "run them"."""
-    rules = [r.lower() for r in _BULLET.findall(system)]
-    latest = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    asked = latest.lower()
-    never = any("without running the tests" in r for r in rules)
-    tests = not never and (any("run the tests" in r for r in rules) or "run the tests" in asked)
-    summary = any("one-line summary" in r for r in rules) or "one-line summary" in asked
-    task = latest.rstrip(".")
-    answer = f"Changed what was asked: {task[:80]}." + (" I ran the tests: 42 passed." if tests else "")
-    answer += " Done."
-    return f"Summary: {task[:60]}.\n{answer}" if summary else answer
-
-
-def _json_after(text: str, label: str) -> Any:
-    at = text.index(label) + len(label)
-    return json.JSONDecoder().raw_decode(text, at)[0]
-
-
-def _supporting(text: str, rule: str) -> str | None:
-    """The sentence of the person's ``text`` that carries every content word of ``rule``, as a
-    careful reflector quotes it (``recipes/reefine/evidence.py``)."""
-    return next((x for x in re.split(r"(?<=[.!?])\s+", text) if evidence.supported(rule, [x])), None)
-
-
-def _sentence(text: str, word: str) -> str | None:
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
-        if word in sentence.lower():
-            return sentence.strip()
-    return None
-
-
-@dataclass
-class SimModel:
-    """A ``ModelCaller`` answering every reefine role by its system prompt; counts and times calls."""
-
-    plant: bool = False  # the next reflection also returns the harmful lesson
-    calls: Counter[str] = field(default_factory=Counter)
-    seconds: dict[str, float] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        system: str | None = None,
-        max_tokens: int = 4096,
-        timeout: float = 300.0,
-        schema: dict[str, Any] | None = None,
-    ) -> str:
-        started = time.perf_counter()
-        system = system or ""
-        prompt = messages[0]["content"] if messages else ""
-        if system == JUDGE_SYSTEM:
-            role, answer = "judge", self._judge(prompt)
-        elif system == REFLECT_SYSTEM:
-            role, answer = "reflect", self._reflect(prompt)
-        elif system.startswith(CURATE_SYSTEM.split("{")[0]):
-            max_edits = int(re.search(r"At most (\d+) edits", system).group(1))  # type: ignore[union-attr]
-            role, answer = "curate", self._curate(prompt, max_edits)
-        elif system == PAIRWISE_SYSTEM:
-            role, answer = "pairwise", self._pairwise(prompt)
-        elif system == REVIEWER_SYSTEM:
-            role = "review"
-            answer = (
-                '{"implements_ask": true, "unrelated_changes": false, "reason": "carries out the lessons"}'
-            )
-        else:
-            role, answer = "answer", serve(system, messages)
-        with self._lock:
-            self.calls[role] += 1
-            self.seconds[role] = self.seconds.get(role, 0.0) + time.perf_counter() - started
-        return answer
-
-    def snapshot(self) -> tuple[Counter[str], dict[str, float]]:
-        with self._lock:
-            return Counter(self.calls), dict(self.seconds)
-
-    @staticmethod
-    def _judge(prompt: str) -> str:
-        answer = _json_after(prompt, "The agent's answer:\n")
-        following = _json_after(prompt, "The person's next message:\n")
-        if not following.startswith("Thanks"):
-            return json.dumps({"verdict": "correct", "reason": f"the person asked: {following}"})
-        did = [
-            w
-            for w, p in (("ran the tests", PREFERENCES[0]), ("began with a summary", PREFERENCES[1]))
-            if p.met(answer)
-        ]
-        return json.dumps(
-            {
-                "verdict": "accept",
-                "reason": "the person moved on; the answer " + (" and ".join(did) or "did the task"),
-            }
-        )
-
-    def _reflect(self, prompt: str) -> str:
-        transcript = _json_after(prompt, "Transcript (JSON, oldest first):\n")
-        reports = _json_after(prompt, "Reports on this session (JSON; score 0 = bad, 1 = good):\n")
-        rules = _json_after(prompt, "The agent's learned rules when this session ran (JSON, by id):\n")
-        said = [("feedback", r["feedback"]) for r in reports if r.get("by") == "person" and r.get("feedback")]
-        said += [("user", m["text"]) for m in transcript if m["source"] == "user"]
-        lessons = []
-        for pref in PREFERENCES:
-            for source, text in said:
-                quote = _supporting(text, pref.rule) or _sentence(text, pref.word)
-                if quote:
-                    went = f"the person had to ask for it: {pref.rule.lower()}"
-                    evidence = [{"source": source, "quote": quote}]
-                    lessons.append({"went_wrong": went, "instead": pref.rule, "evidence": evidence})
-                    break
-        complaints = [
-            m["text"] for m in transcript if m["source"] == "user" and "without running" in m["text"]
-        ]
-        if self.plant and complaints:  # a misreading: the person's complaint taken as their wish
-            self.plant = False
-            evidence = [{"source": "user", "quote": complaints[0]}]  # the person's own words carry it
-            lessons.insert(
-                0, {"went_wrong": "the person wanted it fast", "instead": HARMFUL, "evidence": evidence}
-            )
-        first = next((m["text"] for m in transcript if m["source"] == "assistant"), "")
-        tags = []
-        for rule_id, text in rules.items():
-            if "without running the tests" in text.lower() and not PREFERENCES[0].met(first):
-                tags.append({"id": rule_id, "tag": "harmful"})
-            elif any(similar(text, p.rule) >= 0.6 and p.met(first) for p in PREFERENCES):
-                tags.append({"id": rule_id, "tag": "helpful"})
-        return json.dumps({"lessons": lessons, "rules": tags})
-
-    @staticmethod
-    def _curate(prompt: str, max_edits: int) -> str:
-        current = _json_after(prompt, "Current learned rules (JSON):\n")
-        lessons = _json_after(prompt, "New lessons (JSON):\n")
-        wanted: dict[str, list[int]] = {}
-        for lesson in lessons:
-            wanted.setdefault(lesson["instead"], []).append(lesson["n"])
-        edits = [
-            {"op": "add", "target": "rule", "text": text, "lessons": cited}
-            for text, cited in wanted.items()
-            if not any(similar(text, rule["text"]) >= 0.6 for rule in current)
-        ]
-        return json.dumps({"edits": edits[:max_edits], "why": "one bullet per new lesson"})
-
-    @staticmethod
-    def _pairwise(prompt: str) -> str:
-        wanted = str(_json_after(prompt, "What the person said about it:\n")).lower()
-        first = _json_after(prompt, "Response 1:\n")
-        second = _json_after(prompt, "Response 2:\n")
-        named = [p for p in PREFERENCES if p.word in wanted]
-        one, two = (sum(p.met(answer) for p in named) for answer in (first, second))
-        better = "1" if one > two else "2" if two > one else "tie"
-        return json.dumps({"better": better, "reason": f"meets {max(one, two)} of {len(named)} wishes"})
 
 
 # -- the recipe, as the worker drives it -------------------------------------------------------
@@ -523,176 +310,6 @@ def _verdict(outcome: StepOutcome) -> str:
         verdict += ": " + re.sub(r" in \d+ session\(s\)", "", outcome.verdict.split(": ", 2)[-1])
         verdict = verdict.replace("skip: ", "")
     return verdict
-
-
-# -- null steps: candidates no better than the release ---------------------------------------
-
-NULL_CONFIDENCES = (0.9, 0.8)
-NULL_SESSIONS = 10  # held-out sessions per gate
-NULL_MAX_CALLS = 40  # replay-max-calls: 4 calls per session, so all 10 fit
-NULL_FIT = min(NULL_SESSIONS, NULL_MAX_CALLS // CALLS_PER_SESSION)
-NULL_CASES = [
-    ReplayCase(f"held-{i}", "", [{"role": "user", "content": TASKS[i % len(TASKS)]}], "run the tests")
-    for i in range(NULL_SESSIONS)
-]
-
-
-@dataclass
-class CoinModel:
-    """A ``ModelCaller`` for a candidate no better than the release: one fixed answer per side,
-    and a pairwise judge that flips a fair coin for each order (so a session is a win 1/4, a
-    loss 1/4 and a tie 1/2 of the time)."""
-
-    rng: random.Random
-
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        system: str | None = None,
-        max_tokens: int = 4096,
-        timeout: float = 300.0,
-        schema: dict[str, Any] | None = None,
-    ) -> str:
-        if system == PAIRWISE_SYSTEM:
-            return json.dumps({"better": self.rng.choice("12"), "reason": "a coin"})
-        return f"Changed what was asked ({system} harness). Done."
-
-
-def null_run(confidence: float, steps: int, spend: bool, rng: random.Random) -> tuple[int, int]:
-    """``steps`` usage steps, each gating a candidate no better than the release with the real
-    ``replay.gate``; returns the false passes and the gates that ran a test.  ``spend``: the
-    levels come from ``spending.py``; else every gate tests at ``1 - confidence`` (as before)."""
-    alpha = 1 - confidence
-    model = CoinModel(rng)
-    history: list[spending.Spent] = []
-    passes = tests = 0
-    for _ in range(steps):
-        index, level = spending.level(history, alpha) if spend else (0, alpha)
-        passed, _, table = gate(
-            model,
-            NULL_CASES,
-            render=lambda _case, side: side,
-            confidence=confidence,
-            level=level,
-            max_calls=NULL_MAX_CALLS,
-        )
-        if table["tested"]:
-            tests += 1
-            if spend:
-                history.append(spending.Spent(index, level, passed))
-        passes += passed
-    return passes, tests
-
-
-def null_pass_chance(level: float, sessions: int = NULL_SESSIONS) -> Fraction:
-    """Exactly, the chance that one gate at ``level`` passes a candidate no better (the coin judge)."""
-    chance = Fraction(0)
-    for wins in range(sessions + 1):
-        for losses in range(sessions + 1 - wins):
-            if wins > losses and wins + losses >= spending.sessions_needed(level):
-                if sign_test(wins, losses) <= level:
-                    ways = math.comb(sessions, wins) * math.comb(sessions - wins, losses)
-                    chance += (
-                        ways
-                        * Fraction(1, 4) ** (wins + losses)
-                        * Fraction(1, 2) ** (sessions - wins - losses)
-                    )
-    return chance
-
-
-def null_exact(confidence: float, steps: int, spend: bool) -> float:
-    """Exactly, P(some gate of ``steps`` passes).  Until the first pass every test failed, so the
-    levels along that one path (the gates that can run a test) decide it."""
-    alpha = 1 - confidence
-    history: list[spending.Spent] = []
-    none = Fraction(1)
-    for _ in range(steps):
-        index, level = spending.level(history, alpha) if spend else (0, alpha)
-        if spending.sessions_needed(level) > NULL_FIT:
-            continue  # the gate runs no test: nothing spent
-        none *= 1 - null_pass_chance(level)
-        if spend:
-            history.append(spending.Spent(index, level, False))
-    return float(1 - none)
-
-
-def run_null(steps: int, runs: int) -> list[str]:
-    """Print the false-pass rates over ``steps`` null gates, before and after error spending;
-    returns the failures (a rate above its target, or the simulation off the exact value)."""
-    print(
-        f"\nNULL STEPS: {steps} usage steps whose candidates are no better than the release (a judge "
-        f"flipping a fair coin per order;\n  answers fixed), {NULL_SESSIONS} held-out sessions per gate "
-        f"(replay-max-calls {NULL_MAX_CALLS}), the real replay.gate, {runs} seeded runs per row"
-    )
-    print(
-        f"\n{'confidence':>10}  {'levels':<26} {'P(any false pass)':>17} {'simulated (95%)':>18} "
-        f"{'false passes':>12} {'tests':>6}  target"
-    )
-    failures: list[str] = []
-    started = time.perf_counter()
-    rows = [(confidence, spend) for confidence in NULL_CONFIDENCES for spend in (False, True)]
-    for row, (confidence, spend) in enumerate(rows):
-        alpha = 1 - confidence
-        exact = null_exact(confidence, steps, spend)
-        # seeded: run r of row k uses seed k * runs + r, so no two runs share their coins
-        results = [null_run(confidence, steps, spend, random.Random(row * runs + run)) for run in range(runs)]
-        rate = sum(passes > 0 for passes, _ in results) / runs
-        half = 1.96 * math.sqrt(max(rate * (1 - rate), 1 / runs) / runs)
-        label = "after: spending.py" if spend else f"before: every gate at {alpha:.2f}"
-        target = ""
-        if spend:
-            target = f"<= {alpha:.2f} " + ("ok" if max(exact, rate) <= alpha else "MISSED")
-            if max(exact, rate) > alpha:
-                failures.append(
-                    f"confidence {confidence:g}: {steps} null steps pass falsely {rate:.4f} of the time "
-                    f"(exactly {exact:.4f}), above {alpha:.2f}"
-                )
-        print(
-            f"{confidence:>10g}  {label:<26} {exact:>17.4f} {rate:>10.4f} ± {half:.4f} "
-            f"{statistics.mean(p for p, _ in results):>12.3f} {statistics.mean(t for _, t in results):>6.1f}"
-            f"  {target}"
-        )
-        slack = 4 * math.sqrt(exact * (1 - exact) / runs) + 1 / runs
-        if abs(rate - exact) > slack:
-            failures.append(
-                f"confidence {confidence:g} ({label}): the simulation's {rate:.4f} is off the exact "
-                f"{exact:.4f} by more than {slack:.4f}"
-            )
-    print(
-        "P(any false pass): that some gate of the run passes a candidate that is no better, exactly "
-        "(the binomial with ties)\n  and as simulated; false passes and tests: means per run (tests: "
-        f"the gates that ran a sign test); {time.perf_counter() - started:.1f} s"
-    )
-    one = ", ".join(f"{float(null_pass_chance(1 - c)):.4f} at {c:g}" for c in NULL_CONFIDENCES)
-    print(f"one gate at the fixed level passes falsely (exact): {one}")
-    for confidence in NULL_CONFIDENCES:
-        history: list[spending.Spent] = []
-        while spending.sessions_needed(at := spending.level(history, 1 - confidence)[1]) <= NULL_FIT:
-            history.append(spending.Spent(len(history) + 1, at, False))
-        print(
-            f"after spending at {confidence:g}: once the first {len(history)} tests failed, no gate runs "
-            f"a test with {NULL_FIT} sessions (the next needs {spending.sessions_needed(at)})"
-        )
-    print("\nsessions the first gates need (all decisive, all won), and their levels:")
-    for confidence in NULL_CONFIDENCES:
-        print(f"  {confidence:g}, every earlier test failed: " + _needs(confidence, False, 10))
-    print("  0.9, every earlier test passed: " + _needs(0.9, True, 4))
-    print(
-        f"  before: every gate needed {spending.sessions_needed(1 - 0.9)} at 0.9 and "
-        f"{spending.sessions_needed(1 - 0.8)} at 0.8"
-    )
-    return failures
-
-
-def _needs(confidence: float, passed: bool, count: int) -> str:
-    history: list[spending.Spent] = []
-    cells = []
-    for _ in range(count):
-        index, level = spending.level(history, 1 - confidence)
-        cells.append(f"{spending.sessions_needed(level)} ({level:.4f})")
-        history.append(spending.Spent(index, level, passed))
-    return ", ".join(cells)
 
 
 # -- the report ------------------------------------------------------------------------------

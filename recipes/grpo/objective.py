@@ -1,7 +1,8 @@
 """The policy-gradient step and the off-policy score estimate (torch).
 
-Both work on any :class:`Policy`: the embedded model (``TinyLM``) trained whole, or a LoRA
-adapter on a ``transformers`` model (:class:`recipes.grpo.lora.LoraPolicy`).
+Both work on any :class:`Policy`: the embedded model (``TinyLM``) trained whole, or a
+``transformers`` model's :class:`~recipes.grpo.policy.CausalPolicy` (a LoRA adapter or every
+weight).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from recipes.grpo.samples import Sample
 
 __all__ = [
     "Estimate",
+    "LogProbs",
     "Policy",
     "Scorer",
     "StepStats",
+    "Temperature",
+    "TokenRows",
     "difference_error",
     "estimate_reward",
     "group_advantages",
@@ -27,14 +31,15 @@ __all__ = [
 ]
 
 
+TokenRows = list[list[int]]  # one row of token ids per prompt or response
+Temperature = float | Sequence[float]  # one for every row, or one per row
+LogProbs = tuple[torch.Tensor, torch.Tensor]  # (log-probs, mask), both [B, longest response]
+
+
 class Scorer(Protocol):
     def sequence_logprobs(
-        self,
-        prompts: list[list[int]],
-        responses: list[list[int]],
-        *,
-        temperature: float | Sequence[float] = 1.0,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, prompts: TokenRows, responses: TokenRows, *, temperature: Temperature = 1.0
+    ) -> LogProbs:
         """``(log-probs, mask)`` of each response token, ``[B, longest response]``, under the
         distribution at each row's ``temperature`` (the one its answer was sampled at)."""
         ...

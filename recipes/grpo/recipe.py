@@ -24,7 +24,15 @@ import torch
 
 from recipes.grpo.full import FullPolicy, weights_digest
 from recipes.grpo.lora import LoraPolicy, LoraSettings, state_digest
-from recipes.grpo.objective import Scorer, difference_error, estimate_reward, group_advantages, policy_step
+from recipes.grpo.objective import (
+    Policy,
+    Scorer,
+    StepStats,
+    difference_error,
+    estimate_reward,
+    group_advantages,
+    policy_step,
+)
 from recipes.grpo.samples import Sample, read_scored, recent
 from reef_core.errors import ConfigError, StoreError
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
@@ -277,37 +285,12 @@ class GrpoRecipe(Recipe):
             trainer = self.engine.base_model()
             self._optimizer = torch.optim.Adam(trainer.parameters(), lr=abs(self.config.lr))
             self._trainer, self._reference = trainer, self.engine.base_model()
-        if self.config.lr < 0:
-            weighted = [(s, -a) for s, a in weighted]
         served, version = self.engine.snapshot(scenario.name)
         self._trainer.load_state_dict(served.state_dict())
-        started = time.perf_counter()
-        stats = policy_step(
-            self._trainer,
-            self._reference,
-            self._optimizer,
-            weighted,
-            kl_coef=self.config.kl,
-            clip=self.config.clip,
-            epochs=self.config.epochs,
-        )
-        train_seconds = time.perf_counter() - started
-        self.stats["train_seconds"].append(round(train_seconds, 4))
+        stats, metrics = self._step(self._trainer, self._reference, weighted)
         candidate_model = self.engine.base_model()
         candidate_model.load_state_dict(self._trainer.state_dict())
-        metrics = {
-            "loss": stats.loss,
-            "kl": stats.kl,
-            "clipped": stats.clipped,
-            "train_reward_mean": stats.reward_mean,
-            "train_seconds": round(train_seconds, 4),
-        }
-        manifest = {
-            "recipe": "grpo",
-            "trained_from_version": version,
-            "samples": stats.samples,
-            "metrics": metrics,
-        }
+        manifest = self._manifest(version, stats, metrics)
         tree = self._tree(scenario, candidate_model, manifest)
         return Candidate(
             tree=tree,
@@ -324,39 +307,16 @@ class GrpoRecipe(Recipe):
                 self._policy = LoraPolicy(self.engine, self._lora(), seed=self.config.seed)
             self._optimizer = torch.optim.AdamW(self._policy.parameters(), lr=abs(self.config.lr))
         policy = self._policy
-        if self.config.lr < 0:
-            weighted = [(s, -a) for s, a in weighted]
         if self.full:
             served, version = self.engine.weights_state(scenario.name)
         else:
             served, version = self.engine.adapter_state(scenario.name)
         policy.load(served)
-        started = time.perf_counter()
-        stats = policy_step(
-            policy,
-            policy.reference(),
-            self._optimizer,
-            weighted,
-            kl_coef=self.config.kl,
-            clip=self.config.clip,
-            epochs=self.config.epochs,
-        )
-        train_seconds = time.perf_counter() - started
-        self.stats["train_seconds"].append(round(train_seconds, 4))
+        stats, metrics = self._step(policy, policy.reference(), weighted)
         state = policy.state()
-        metrics = {
-            "loss": stats.loss,
-            "kl": stats.kl,
-            "clipped": stats.clipped,
-            "train_reward_mean": stats.reward_mean,
-            "train_seconds": round(train_seconds, 4),
-        }
         base = self._base()
         manifest = {
-            "recipe": "grpo",
-            "trained_from_version": version,
-            "samples": stats.samples,
-            "metrics": metrics,
+            **self._manifest(version, stats, metrics),
             "base": base,
             **(
                 {"weights": "full"}
@@ -376,6 +336,45 @@ class GrpoRecipe(Recipe):
             },
             payload=(policy.view(served), policy.view(state), served, state),
         )
+
+    def _step(
+        self, policy: Policy, reference: Scorer, weighted: list[tuple[Sample, float]]
+    ) -> tuple[StepStats, dict[str, float]]:
+        """One policy-gradient step of either kind of model (away from the reward when the
+        learning rate is below zero): its stats and the metrics a release records."""
+        assert self._optimizer is not None  # made with the policy
+        if self.config.lr < 0:
+            weighted = [(s, -a) for s, a in weighted]
+        started = time.perf_counter()
+        stats = policy_step(
+            policy,
+            reference,
+            self._optimizer,
+            weighted,
+            kl_coef=self.config.kl,
+            clip=self.config.clip,
+            epochs=self.config.epochs,
+        )
+        train_seconds = round(time.perf_counter() - started, 4)
+        self.stats["train_seconds"].append(train_seconds)
+        metrics = {
+            "loss": stats.loss,
+            "kl": stats.kl,
+            "clipped": stats.clipped,
+            "train_reward_mean": stats.reward_mean,
+            "train_seconds": train_seconds,
+        }
+        return stats, metrics
+
+    @staticmethod
+    def _manifest(version: int, stats: StepStats, metrics: dict[str, float]) -> dict[str, Any]:
+        """What ``reef-release.json`` says of a trained release (a transformers one adds its base)."""
+        return {
+            "recipe": "grpo",
+            "trained_from_version": version,
+            "samples": stats.samples,
+            "metrics": metrics,
+        }
 
     def _heldout_check(self, served: Scorer, model: Scorer, version: int) -> CheckResult:
         samples = recent(self._heldout, version, self.config.max_staleness, self.config.heldout_min)

@@ -22,11 +22,11 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reef_core.daemon.context import Daemon
 from reef_core.errors import UpstreamRejected, UpstreamUnavailable
+from reef_core.learning.model import ModelCall, ModelCaller
 from reef_core.upstream.client import origin
 from reef_core.wire import translate
 
@@ -38,7 +38,7 @@ _PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _TOOL_DESCRIPTION = "Answer with this tool."
 
 
-class UpstreamModel:
+class UpstreamModel(ModelCaller):
     """A :class:`~reef_core.learning.model.ModelCaller` over the daemon's upstream."""
 
     def __init__(self, daemon: Daemon, loop: asyncio.AbstractEventLoop) -> None:
@@ -48,26 +48,18 @@ class UpstreamModel:
         #: (upstream URL, format) pairs that refused a schema; only ever grows
         self.schemas_refused: set[tuple[str, str]] = set()
 
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        system: str | None = None,
-        max_tokens: int = 4096,
-        timeout: float = 300.0,
-        schema: dict[str, Any] | None = None,
-    ) -> str:
+    def answer(self, call: ModelCall) -> str:
         upstream_format = self.daemon.upstream_format
         url = self.daemon.upstream.base_url
         upstream = (str(url), upstream_format)
-        if upstream in self.schemas_refused:
-            schema = None
-        chat: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-        chat += [{"role": m["role"], "content": m["content"]} for m in messages]
+        schema = None if upstream in self.schemas_refused else call.schema
+        timeout = call.timeout
+        chat: list[dict[str, str]] = [{"role": "system", "content": call.system}] if call.system else []
+        chat += [{"role": m["role"], "content": m["content"]} for m in call.messages]
         body: dict[str, Any] = {
             "model": self.model,
             "messages": chat,
-            "max_tokens": max_tokens,
+            "max_tokens": call.max_tokens,
             "stream": False,
         }
         if upstream_format == "anthropic":

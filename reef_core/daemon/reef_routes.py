@@ -133,9 +133,7 @@ def _tags(request: web.Request) -> dict[str, str]:
 async def list_records(request: web.Request) -> web.Response:
     reader = _reader(request, request.match_info["name"])
     limit = _limit(request)
-    after = request.query.get("after") or None
-    if after is not None:
-        parse_item_id(after, field="after")
+    after = _after(request)
     tags = _tags(request)
 
     def read() -> list[dict[str, Any]]:
@@ -151,9 +149,7 @@ async def list_records(request: web.Request) -> web.Response:
                     break
         return found
 
-    records = await asyncio.to_thread(read)
-    next_cursor = records[-1]["id"] if len(records) == limit else None
-    return web.json_response({"records": records, "next": next_cursor}, dumps=_dumps)
+    return _page("records", await asyncio.to_thread(read), limit)
 
 
 @routes.get("/reef/scenarios/{name}/items")
@@ -165,16 +161,12 @@ async def list_items(request: web.Request) -> web.Response:
     for kind in kinds:
         if kind not in KINDS:
             raise InvalidInput(f"kind {kind!r} is not one of {', '.join(KINDS)}", field="kind")
-    after = request.query.get("after") or None
-    if after is not None:
-        parse_item_id(after, field="after")
+    after = _after(request)
 
     def read() -> list[dict[str, Any]]:
         return [item.data for item in reader.data.iter_items(kinds, after=after, limit=limit)]
 
-    items = await asyncio.to_thread(read)
-    next_cursor = items[-1]["id"] if len(items) == limit else None
-    return web.json_response({"items": items, "next": next_cursor}, dumps=_dumps)
+    return _page("items", await asyncio.to_thread(read), limit)
 
 
 @routes.get("/reef/scenarios/{name}/records/{id}")
@@ -188,10 +180,17 @@ async def get_record(request: web.Request) -> web.Response:
 
 
 def _after(request: web.Request) -> str | None:
+    """``?after=``: an item id (checked), or None."""
     after = request.query.get("after") or None
     if after is not None:
         parse_item_id(after, field="after")
     return after
+
+
+def _page(key: str, found: list[dict[str, Any]], limit: int) -> web.Response:
+    """``found`` under ``key``, and ``next``: the cursor of the next page (null after a short one)."""
+    next_cursor = found[-1]["id"] if len(found) == limit else None
+    return web.json_response({key: found, "next": next_cursor}, dumps=_dumps)
 
 
 @routes.get("/reef/scenarios/{name}/sessions")

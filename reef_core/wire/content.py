@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from reef_core.errors import InvalidInput
+from reef_core.wire.shapes import expect_name
 
 __all__ = ["TEXT_JOIN", "compact_json", "fallback_tool_id", "tool_use_as_call"]
 
@@ -24,11 +24,8 @@ TEXT_JOIN = "\n\n"
 
 def tool_use_as_call(block: dict[str, Any], where: str) -> dict[str, Any]:
     """An Anthropic ``tool_use`` block as an OpenAI tool call; ``where`` names it in errors."""
-    call_id, name = block.get("id"), block.get("name")
-    if not isinstance(call_id, str) or not call_id:
-        raise InvalidInput("a tool_use block needs an id", field=f"{where}.id")
-    if not isinstance(name, str) or not name:
-        raise InvalidInput("a tool_use block needs a name", field=f"{where}.name")
+    call_id = expect_name(block.get("id"), f"{where}.id", "a tool_use block needs an id")
+    name = expect_name(block.get("name"), f"{where}.name", "a tool_use block needs a name")
     arguments = compact_json(block.get("input") if block.get("input") is not None else {})
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 

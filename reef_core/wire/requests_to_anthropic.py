@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from reef_core.errors import InvalidInput
-from reef_core.wire.shapes import expect_array, expect_number, expect_object
+from reef_core.wire.shapes import expect_array, expect_name, expect_number, expect_object
 
 __all__ = ["DEFAULT_MAX_TOKENS", "openai_request_to_anthropic"]
 
@@ -162,11 +162,8 @@ def _openai_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any
         at = f"{where}.tool_calls[{k}]"
         call = expect_object(call, at)
         function = expect_object(call.get("function"), f"{at}.function")
-        call_id, name = call.get("id"), function.get("name")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInput("a tool call needs an id", field=f"{at}.id")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("a tool call needs a function name", field=f"{at}.function.name")
+        call_id = expect_name(call.get("id"), f"{at}.id", "a tool call needs an id")
+        name = expect_name(function.get("name"), f"{at}.function.name", "a tool call needs a function name")
         tool_input = _parse_arguments(function.get("arguments"), f"{at}.function.arguments")
         blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": tool_input})
     return blocks
@@ -189,9 +186,9 @@ def _parse_arguments(arguments: Any, where: str) -> dict[str, Any]:
 
 
 def _openai_tool_result(message: dict[str, Any], where: str) -> dict[str, Any]:
-    call_id = message.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise InvalidInput("a tool message needs a tool_call_id", field=f"{where}.tool_call_id")
+    call_id = expect_name(
+        message.get("tool_call_id"), f"{where}.tool_call_id", "a tool message needs a tool_call_id"
+    )
     content = message.get("content")
     if content is None:
         content = ""
@@ -204,9 +201,7 @@ def _openai_tool(tool: Any, where: str) -> dict[str, Any]:
     if tool.get("type", "function") != "function":
         raise InvalidInput(f"unsupported tool type {tool.get('type')!r}", field=f"{where}.type")
     function = expect_object(tool.get("function"), f"{where}.function")
-    name = function.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidInput("a tool needs a function name", field=f"{where}.function.name")
+    name = expect_name(function.get("name"), f"{where}.function.name", "a tool needs a function name")
     out: dict[str, Any] = {"name": name}
     if function.get("description"):
         out["description"] = function["description"]
@@ -224,9 +219,9 @@ def _openai_tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
     elif choice == "required":
         out = {"type": "any"}
     elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        name = choice["function"].get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("a named tool_choice needs a name", field="tool_choice.function.name")
+        name = expect_name(
+            choice["function"].get("name"), "tool_choice.function.name", "a named tool_choice needs a name"
+        )
         out = {"type": "tool", "name": name}
     else:
         raise InvalidInput(f"unsupported tool_choice {choice!r}", field="tool_choice")

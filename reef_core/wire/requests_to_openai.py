@@ -20,7 +20,7 @@ from typing import Any
 
 from reef_core.errors import InvalidInput
 from reef_core.wire.content import TEXT_JOIN, tool_use_as_call
-from reef_core.wire.shapes import expect_array, expect_object
+from reef_core.wire.shapes import expect_array, expect_name, expect_object
 
 __all__ = ["anthropic_request_to_openai"]
 
@@ -135,9 +135,9 @@ def _anthropic_part(block: dict[str, Any], where: str) -> dict[str, Any]:
 def _anthropic_tool_result(
     block: dict[str, Any], where: str, carried: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    call_id = block.get("tool_use_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise InvalidInput("a tool_result needs a tool_use_id", field=f"{where}.tool_use_id")
+    call_id = expect_name(
+        block.get("tool_use_id"), f"{where}.tool_use_id", "a tool_result needs a tool_use_id"
+    )
     content = block.get("content")
     if content is None:
         text = ""
@@ -187,9 +187,7 @@ def _anthropic_tool(tool: Any, i: int) -> dict[str, Any] | None:
     tool = expect_object(tool, f"tools[{i}]")
     if tool.get("input_schema") is None:
         return None  # a server tool (web_search_20250305, …): Anthropic runs it, OpenAI cannot
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidInput("a tool needs a name", field=f"tools[{i}].name")
+    name = expect_name(tool.get("name"), f"tools[{i}].name", "a tool needs a name")
     function: dict[str, Any] = {"name": name}
     if tool.get("description"):
         function["description"] = tool["description"]
@@ -207,9 +205,7 @@ def _anthropic_tool_choice(choice: Any, out: dict[str, Any]) -> None:
     elif kind == "any":
         out["tool_choice"] = "required"
     elif kind == "tool":
-        name = choice.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("a tool choice of type tool needs a name", field="tool_choice.name")
+        name = expect_name(choice.get("name"), "tool_choice.name", "a tool choice of type tool needs a name")
         out["tool_choice"] = {"type": "function", "function": {"name": name}}
     else:
         raise InvalidInput(f"unsupported tool_choice type {kind!r}", field="tool_choice.type")

@@ -21,7 +21,7 @@ from typing import Any
 
 from reef_core.errors import InvalidInput
 from reef_core.wire.content import TEXT_JOIN
-from reef_core.wire.shapes import expect_array, expect_object
+from reef_core.wire.shapes import expect_array, expect_name, expect_object
 
 __all__ = [
     "chat_to_response",
@@ -113,11 +113,8 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
             raise InvalidInput(f"unsupported role {item.get('role')!r}", field=f"{where}.role")
         messages.append({"role": role, "content": _content(item.get("content"), role, where, strict)})
     elif kind == "function_call":
-        call_id, name = item.get("call_id"), item.get("name")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInput("a function_call needs a call_id", field=f"{where}.call_id")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("a function_call needs a name", field=f"{where}.name")
+        call_id = expect_name(item.get("call_id"), f"{where}.call_id", "a function_call needs a call_id")
+        name = expect_name(item.get("name"), f"{where}.name", "a function_call needs a name")
         arguments = item.get("arguments")
         call = {
             "id": call_id,
@@ -130,9 +127,9 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
             messages.append(last)
         last.setdefault("tool_calls", []).append(call)
     elif kind == "function_call_output":
-        call_id = item.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInput("a function_call_output needs a call_id", field=f"{where}.call_id")
+        call_id = expect_name(
+            item.get("call_id"), f"{where}.call_id", "a function_call_output needs a call_id"
+        )
         output = _tool_output(item.get("output"), f"{where}.output", strict)
         messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
     elif kind == "reasoning":
@@ -217,9 +214,7 @@ def _tool(tool: dict[str, Any], where: str, strict: bool) -> dict[str, Any] | No
                 field=f"{where}.type",
             )
         return None
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidInput("a function tool needs a name", field=f"{where}.name")
+    name = expect_name(tool.get("name"), f"{where}.name", "a function tool needs a name")
     function: dict[str, Any] = {"name": name}
     for key in ("description", "parameters", "strict"):
         if tool.get(key) is not None:
@@ -231,9 +226,7 @@ def _tool_choice(choice: Any, strict: bool) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("a function tool_choice needs a name", field="tool_choice.name")
+        name = expect_name(choice.get("name"), "tool_choice.name", "a function tool_choice needs a name")
         return {"type": "function", "function": {"name": name}}
     if strict:
         raise InvalidInput(f"unsupported tool_choice {choice!r}", field="tool_choice")

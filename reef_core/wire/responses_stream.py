@@ -238,14 +238,7 @@ class ChatToResponsesStream:
                 # an item's events run from added to done; OpenAI sends each call's arguments in one run
                 raise InvalidInput(f"arguments for tool call {tool} after it ended", field="tool_calls")
             item.arguments.append(fragment)
-            out.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=item.id,
-                    output_index=item.index,
-                    delta=fragment,
-                )
-            )
+            out.append(self._arguments(item, "delta", delta=fragment))
 
     def _open_item(self, item: _Item, out: list[Event]) -> _Item:
         self._close(out)
@@ -262,15 +255,7 @@ class ChatToResponsesStream:
             return
         item.closed = True
         if item.kind == "function_call":
-            arguments = "".join(item.arguments)
-            out.append(
-                self._event(
-                    "response.function_call_arguments.done",
-                    item_id=item.id,
-                    output_index=item.index,
-                    arguments=arguments,
-                )
-            )
+            out.append(self._arguments(item, "done", arguments="".join(item.arguments)))
         elif item.parts:
             self._close_part(item, out)
         out.append(self._event("response.output_item.done", output_index=item.index, item=item.body()))
@@ -287,6 +272,11 @@ class ChatToResponsesStream:
         ]
         out.append(self._event(f"response.{name}.done", **self._delta(item, part, logprobs=False), **done))
         out.append(self._event("response.content_part.done", **self._where(item), part=part.body()))
+
+    def _arguments(self, item: _Item, stage: str, **fields: Any) -> Event:
+        """``response.function_call_arguments.<stage>`` of a function call item."""
+        kind = f"response.function_call_arguments.{stage}"
+        return self._event(kind, item_id=item.id, output_index=item.index, **fields)
 
     def _where(self, item: _Item) -> dict[str, Any]:
         return {"item_id": item.id, "output_index": item.index, "content_index": len(item.parts) - 1}

@@ -1,7 +1,8 @@
 """Checks on the JSON a client or upstream sent: the shape translation expects, or a refusal.
 
-Owns: ``expect_object``, ``expect_array`` and ``expect_number``, which raise ``InvalidInput``
-naming the field (``messages[2].content``) so the caller learns where its body went wrong.
+Owns: ``expect_object``, ``expect_array``, ``expect_number`` and ``expect_name`` (an id or a
+name: a non-empty string), which raise ``InvalidInput`` naming the field
+(``messages[2].content``) so the caller learns where its body went wrong.
 Does not own: what the values mean (the translators that call these).
 """
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from reef_core.errors import InvalidInput
 
-__all__ = ["expect_array", "expect_number", "expect_object"]
+__all__ = ["expect_array", "expect_name", "expect_number", "expect_object"]
 
 
 def expect_object(value: Any, where: str) -> dict[str, Any]:
@@ -33,3 +34,10 @@ def expect_number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput("expected a number", field=where)
     return float(value)
+
+
+def expect_name(value: Any, where: str, refusal: str) -> str:
+    """``value``, if it is a non-empty string (an id or a name); else ``refusal``, naming ``where``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(refusal, field=where)
+    return value

@@ -1,12 +1,15 @@
 """The embedded tiny model: a 0.86M-parameter byte-level GPT that runs and trains on a CPU.
 
-* ``tokenizer``: bytes plus BOS/EOS/PAD, and the ``User: …`` / ``Bot:`` chat prompt format;
-* ``model``: ``TinyLM`` with KV-cache sampling and differentiable response log-probs;
-* ``corpus``: the deterministic synthetic chat corpus and the RL/eval prompts;
-* ``pretrain``: budgeted pretraining and the on-disk cache of pretrained checkpoints;
-* ``checkpoint``: safetensors + config.json directories, and weight fingerprints.
+| module | owns |
+|---|---|
+| ``tokenizer`` | bytes plus BOS/EOS/PAD, and the ``User: …`` / ``Bot:`` chat prompt format |
+| ``model`` | ``TinyLM`` with KV-cache sampling and differentiable response log-probs |
+| ``corpus`` | the deterministic synthetic chat corpus and the RL/eval prompts |
+| ``pretrain`` | budgeted pretraining and the on-disk cache of pretrained checkpoints |
+| ``checkpoint`` | safetensors + config.json directories, and weight fingerprints |
 
 Measurements behind the design are in ``reference/weights.md`` §4.
+May import: ``torch``, ``safetensors``, ``reef_core.errors``.
 """
 
 from __future__ import annotations
