@@ -7,11 +7,16 @@
 | ``output`` | the one rich Console (and the stderr one), ``--json`` |
 | ``sources`` | where data comes from: the daemon at ``--url``, else the repositories (read-only) |
 | ``state`` | ``--state-dir`` |
-| ``serve``, ``demo`` | the daemon, and the guided demo |
-| ``scenario``, ``status``, ``releases``, ``evolve``, ``report``, ``log``, ``export`` | one noun each |
+| ``serve``, ``demo``, ``demo_user`` | the daemon; the guided demo and its simulated user |
+| ``interrupt`` | Ctrl-C for commands that poll the daemon: a flag, not an exception mid-request |
+| ``scenario``, ``status``, ``releases``, ``evolve``, ``learn``, ``report`` | one noun each |
+| ``log``, ``export``, ``review``, ``install``, ``remote``, ``sync``, ``clone`` | one noun each |
+| ``import_infra``, ``infra_source`` | ``reef import --from-reef-infra``; reading the original's state |
+| ``tui`` | the review TUI |
 
 Owns: argument parsing, human and ``--json`` output, exit codes (``exits.py``).
 Does not own: any behaviour; every command calls ``reef_core``: a running daemon through
 ``reef_core.client``, or a scenario repository through ``reef_core.store``.
-May import: ``reef_core``, typer, rich, click.  Never imported by ``reef_core``.
+Never imported by ``reef_core``.
+May import: ``reef_core``, ``typer``, ``rich``, ``click``, ``httpx``, ``uvloop``.
 """

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The project's checks, the same here and in CI: lint, format, types, then the tests.
+# The project's checks, the same here and in CI: lint, format, types, then the tests, on two
+# pytest-xdist workers a core (at most 8; REEF_TEST_WORKERS=N sets how many, 0 runs them in this
+# process), each test file on one worker (its module fixtures made once), the 10 slowest
+# printed at the end.  Two a core, because most tests spend most of their time waiting on a
+# child process (a daemon, git, pi, claude): on 2 cores, 4 workers ran the suite in 7 min 20 s
+# where 2 took 9 min 48 s.
 #   scripts/check.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest "$@"
+workers=$(($(nproc) * 2))
+[ "$workers" -gt 8 ] && workers=8
+exec .venv/bin/python -m pytest -n "${REEF_TEST_WORKERS:-$workers}" --dist loadfile --durations=10 "$@"

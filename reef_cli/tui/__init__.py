@@ -12,7 +12,9 @@
 | ``score_line``  | the score sparkline                                                   |
 | ``confirm``     | the yes/no question before an operation                              |
 
-May import: textual, rich, ``reef_core`` (client, store, release listing, diffs).
+May import: ``textual``, ``rich``, ``watchfiles``, ``reef_cli.output``, and of reef_core
+``reef_core.client``, ``reef_core.store``, ``reef_core.release``, ``reef_core.harness``,
+``reef_core.errors``.
 """
 
 from reef_cli.tui.app import ReviewApp

@@ -1,8 +1,12 @@
 """Learning: the recipe contract and the per-scenario worker that runs it.
 
-Owns: what a recipe must provide (``recipe.py``), loading one by name or dotted reference
-(``loader.py``), and the background worker per scenario that turns batches into candidates,
-runs release checks and publishes or rejects (``worker.py``), within budgets.
+| module | owns |
+|---|---|
+| ``recipe`` | what a recipe must provide: batches, candidates, checks, the context it gets |
+| ``loader`` | finding a recipe by name (``basic``, ``grpo``, ``reefine``) or ``package.module:Class`` |
+| ``worker`` | one background worker per scenario: batch → candidate → checks → release, within budgets |
+| ``model``  | how a recipe talks to the served model: one synchronous call, unrecorded |
+
 Does not own: what any recipe learns (``recipes/``), the HTTP surface (``daemon``).
 May import: ``reef_core.store``, ``reef_core.config``, ``reef_core.errors``.
 """
