@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The project's checks, the same here and in CI: lint, format, types, then the tests, on two
 # pytest-xdist workers a core (at most 8; REEF_TEST_WORKERS=N sets how many, 0 runs them in this
-# process), each test file on one worker (its module fixtures made once), the 10 slowest
-# printed at the end.  Two a core, because most tests spend most of their time waiting on a
-# child process (a daemon, git, pi, claude): on 2 cores, 4 workers ran the suite in 7 min 20 s
-# where 2 took 9 min 48 s.
+# process), the 10 slowest printed at the end.  Two a core, because most tests spend most of
+# their time waiting on a child process (a daemon, git, pi, claude): on 2 cores, 4 workers ran
+# the suite in 7 min 20 s where 2 took 9 min 48 s.  --dist loadgroup keeps the tests of a module
+# with a module-scoped fixture on one worker (tests/conftest.py marks them), 6 min 49 s.
 #   scripts/check.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +13,4 @@ cd "$(dirname "$0")/.."
 .venv/bin/mypy
 workers=$(($(nproc) * 2))
 [ "$workers" -gt 8 ] && workers=8
-exec .venv/bin/python -m pytest -n "${REEF_TEST_WORKERS:-$workers}" --dist loadfile --durations=10 "$@"
+exec .venv/bin/python -m pytest -n "${REEF_TEST_WORKERS:-$workers}" --dist loadgroup --durations=10 "$@"

@@ -47,12 +47,20 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> bool:
     return bool(condition())
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with a slow test run first, each kept whole (its module fixtures are made once):
-    run on several workers, the minute-long tests then start at once instead of ending the run
-    on one worker while the others are idle."""
+    """Modules with a slow test run first, each kept in order: run on several workers
+    (``scripts/check.sh``), the minute-long tests then start at once instead of ending the run on
+    one worker while the others are idle.  The tests of a module with a module-scoped fixture (a
+    model loaded once, a daemon started once) stay on one worker (``--dist loadgroup``), so the
+    fixture is still made once; every other test goes to whichever worker is free."""
     slow = {item.module for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module not in slow)
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info else ()
+        if any(chain[-1].scope in ("module", "class", "package") for chain in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture
