@@ -55,7 +55,25 @@ from adapters.launcher import Harness
 from reef_core.harness.render import InstallPlan
 from reef_core.hosts import is_loopback, url_host
 
-__all__ = ["Spec", "launcher_source", "plain_http_beyond_loopback", "script"]
+__all__ = [
+    "RELEASE_TAG_ENV",
+    "RELEASE_TAG_HEADER",
+    "RUN_TAG_ENV",
+    "RUN_TAG_HEADER",
+    "Spec",
+    "launcher_source",
+    "plain_http_beyond_loopback",
+    "script",
+]
+
+#: the headers an installed harness that reads them from the environment (pi, Codex) sends: the
+#: run (a fresh id per launcher run, so ``report`` finds its records) and which tree the session
+#: runs (the installed release, or a canary the launcher rendered): the record's ``release``
+#: tag, so live evidence counts the session for that tree
+RUN_TAG_HEADER = "x-reef-tag-run"
+RUN_TAG_ENV = "REEF_RUN_TAG"
+RELEASE_TAG_HEADER = "x-reef-tag-release"
+RELEASE_TAG_ENV = "REEF_RELEASE_TAG"
 
 #: the directory holding ``adapters`` and ``reef_core``: the launcher's fallback import path
 _CODE_ROOT = Path(__file__).resolve().parents[1]

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import quote, urlsplit
 
 from adapters.binaries import find_binary, path_with
+from adapters.canary import SessionTree, session_tree
 from reef_core.errors import ReefError, Unauthorized
 from reef_core.ids import validate_scenario_name
 
@@ -103,6 +104,8 @@ class Harness:
     min_version: str  # the oldest version reef works with
     #: starts the harness (replacing the process); returns an exit code only when it cannot
     run: Callable[[Context, list[str]], int]
+    #: what starts reef's in-session commands (Codex's TUI refuses a ``/`` it does not know)
+    command_prefix: str = "/"
     #: in-session words for "install this release", for the people reading ``evolve``'s outcome
     in_session_install: str = "/versions {name} install"
     #: the harness's own flags that answer without a model call (no daemon needed)
@@ -322,7 +325,8 @@ def prepare_run(ctx: Context, args: list[str], base: Mapping[str, str]) -> tuple
 
     Returns the tag, the binary to run (:func:`~adapters.binaries.find_binary`) and ``base`` with
     what every harness run is given: the binary's own folder first on PATH (an npm-installed node
-    sits next to it), its config folder, the daemon, the scenario, the tag and the launcher."""
+    sits next to it), its config folder (the installed one, or a canary's:
+    :mod:`adapters.canary`), the daemon, the scenario, the tag, the tree and the launcher."""
     harness = ctx.harness
     if not harness.info_only.intersection(args):
         # the harness would fail on its first model call with a bare connection error: say why first
@@ -331,6 +335,12 @@ def prepare_run(ctx: Context, args: list[str], base: Mapping[str, str]) -> tuple
     tag = ctx.env.get("REEF_SESSION") or uuid.uuid4().hex
     if not _SESSION.fullmatch(tag):
         raise ReefError(f"REEF_SESSION {tag[:80]!r} must be 1-128 letters, digits, '.', '_', ':' or '-'")
+    release = installed.get("release") if isinstance(installed.get("release"), str) else None
+    tree = SessionTree(ctx.layout.config, release)
+    if not harness.info_only.intersection(args):
+        tree = session_tree(ctx, tag, release)
+        if tree.notice:
+            print(tree.notice, file=ctx.err)
     started = time.time()
     write_json(
         ctx.layout.last_run,
@@ -338,7 +348,7 @@ def prepare_run(ctx: Context, args: list[str], base: Mapping[str, str]) -> tuple
             "tag": tag,
             "started_at": _iso(started),
             "started_ms": int(started * 1000),
-            "release": installed.get("release"),
+            "release": tree.release,
             "cwd": os.getcwd(),
             "args": args,
         },
@@ -347,10 +357,12 @@ def prepare_run(ctx: Context, args: list[str], base: Mapping[str, str]) -> tuple
     env = {
         **base,
         "PATH": path_with(binary, ctx.env.get("PATH")),
-        harness.config_env: str(ctx.layout.config),
+        harness.config_env: str(tree.config),
         "REEF_URL": ctx.url,
         "REEF_SCENARIO": ctx.scenario,
         "REEF_RUN_TAG": tag,
+        # pi fails a request whose header command prints nothing: "none" before a first install
+        "REEF_RELEASE_TAG": tree.release or "none",
     }
     if ctx.launcher:
         env[harness.launcher_env] = ctx.launcher

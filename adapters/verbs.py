@@ -124,6 +124,12 @@ def _outcome(ctx: Context, client: ReefClient, outcome: Outcome) -> int:
         if tty and _yes(f"Install {release} now? [y/N] "):
             return update(ctx, ["--release", release])
         return 0
+    if outcome.canary:
+        ctx.say(f"canary: {name} passed its checks and serves a share of new {ctx.harness.label} sessions")
+        ctx.say(f"  their scores decide whether it is published: reef canary {ctx.scenario} status")
+        if page:
+            ctx.say(f"  page: {page}")
+        return 0
     if outcome.pending:
         ctx.say(f"pending: {name} adds or changes code that runs on this machine and waits for your approval")
         if page:

@@ -1,5 +1,5 @@
-"""Launcher benchmark: what ``reef-claude`` and ``reef-pi`` add to a harness run, what the Claude Code
-installer costs, and what reef's prompt hook costs every prompt.
+"""Launcher benchmark: what ``reef-claude``, ``reef-pi``, ``reef-codex`` and ``reef-opencode`` add to a
+harness run, what the Claude Code installer costs, and what reef's prompt hook costs every prompt.
 
     python bench/launcher.py [--runs 5] [--quick]
 
@@ -13,6 +13,9 @@ median, and its baseline is measured in the same run, interleaved so drift hits 
   reach the same daemon and run reef's hooks, so the difference is the launcher's own work
   (Python's start, ``/healthz``, the run files, ``.claude.json``).  The same for ``reef-pi -p hi``
   against plain ``pi -p hi`` with ``PI_CODING_AGENT_DIR`` and the rest of reef-pi's environment.
+  The same for ``reef-codex exec hi`` (its config.toml written and its hooks trusted before, as
+  every start after the first) and ``reef-opencode run hi`` against plain ``codex exec`` and
+  ``opencode run`` with the environment their launchers hand them.
 * The Claude Code installer (the ``sh`` of ``curl … | sh``, the script fetched once): cold, into a
   fresh HOME (``REEF_CLAUDE`` names claude, so no npm), and warm, a rerun with nothing to write.
 * ``reef-claude hook prompt`` for a prompt that is not one of reef's commands: what every prompt
@@ -51,6 +54,9 @@ from bench.proxy import reef_on_upstream  # noqa: E402  (one copy of each, share
 SCENARIO = "bench"
 CLAUDE = ROOT / ".cache" / "tools" / "claude-code" / "node_modules" / ".bin" / "claude"
 PI = ROOT / ".cache" / "tools" / "node_modules" / ".bin" / "pi"
+CODEX = ROOT / ".cache" / "tools" / "codex" / "node_modules" / ".bin" / "codex"
+OPENCODE = ROOT / ".cache" / "tools" / "opencode" / "node_modules" / ".bin" / "opencode"
+CODEX_EXEC = ("exec", "--skip-git-repo-check", "--ephemeral", "hi")
 TRUE = "/bin/true"
 ANSWER = "Hello there, this is a short answer."  # bench/proxy.py's upstream says this
 # what Claude Code hands the UserPromptSubmit hook, for a prompt that is not a reef command
@@ -113,8 +119,18 @@ class Home:
             "LANG": "C.UTF-8",
             "REEF_CLAUDE": str(CLAUDE),
             "REEF_PI": str(PI),
+            "REEF_CODEX": str(CODEX),
+            "REEF_OPENCODE": str(OPENCODE),
             "CLAUDE_CODE_MAX_RETRIES": "0",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
         }
+        # opencode's own config dir, as after its first run: no npm install (the bench is offline)
+        from adapters.opencode.render import NPM_STUBS
+
+        for name, content in NPM_STUBS.items():
+            path = root / ".config" / "opencode" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
 
     def installer(self, script: str) -> Run:
         return Run(["sh", "-s"], self.env, self.home, stdin=script)
@@ -165,7 +181,7 @@ def row(name: str, reef: float, base: float, baseline: str) -> str:
 
 
 def measure(args: argparse.Namespace, root: Path) -> None:
-    for binary in (CLAUDE, PI):
+    for binary in (CLAUDE, PI, CODEX, OPENCODE):
         if not os.access(binary, os.X_OK):
             raise SystemExit(f"bench: {binary} is missing: run scripts/setup.sh --dev")
     with reef_on_upstream(str(root / "state")) as (_proc, reef, _direct):
@@ -182,6 +198,8 @@ def run(args: argparse.Namespace, root: Path, reef: str) -> list[str]:
     person = Home(root / "person")
     person.installer(claude_script).time()
     person.installer(pi_script).time()
+    person.installer(fetch_script(reef, "codex")).time()
+    person.installer(fetch_script(reef, "opencode")).time()
     launcher = person.home / ".local" / "bin" / "reef-claude"
     interpreter = launcher.read_text().split("\n", 1)[0].removeprefix("#!")  # the launchers' python
     python = Run([interpreter, "-c", "pass"], person.env, person.work)
@@ -190,10 +208,17 @@ def run(args: argparse.Namespace, root: Path, reef: str) -> list[str]:
     claude = person.by_hand("reef-claude", "REEF_CLAUDE", CLAUDE, "-p", "hi")
     reef_pi = person.launcher("reef-pi", "-p", "hi")
     pi = person.by_hand("reef-pi", "REEF_PI", PI, "-p", "hi")
-    for warm_up in (reef_claude, claude, reef_pi, pi, python):
+    reef_codex = person.launcher("reef-codex", *CODEX_EXEC)
+    reef_codex.time()  # the first start trusts reef's hooks (codex app-server): once per release
+    codex = person.by_hand("reef-codex", "REEF_CODEX", CODEX, *CODEX_EXEC)
+    reef_opencode = person.launcher("reef-opencode", "run", "hi")
+    opencode = person.by_hand("reef-opencode", "REEF_OPENCODE", OPENCODE, "run", "hi")
+    for warm_up in (reef_claude, claude, reef_pi, pi, reef_codex, codex, reef_opencode, opencode, python):
         warm_up.time()
     with_claude, plain_claude = interleaved(args.runs, reef_claude.time, claude.time)
     with_pi, plain_pi = interleaved(args.runs, reef_pi.time, pi.time)
+    with_codex, plain_codex = interleaved(args.runs, reef_codex.time, codex.time)
+    with_opencode, plain_opencode = interleaved(args.runs, reef_opencode.time, opencode.time)
 
     homes = itertools.count()
 
@@ -213,22 +238,28 @@ def run(args: argparse.Namespace, root: Path, reef: str) -> list[str]:
     hook_s, python_again = interleaved(args.runs, hook.time, python.time)
 
     # the launchers' own work alone: the harness they start replaced by true(1)
-    alone = {**person.env, "REEF_CLAUDE": TRUE, "REEF_PI": TRUE}
-    claude_alone, pi_alone, python_alone = interleaved(
+    alone = {**person.env, "REEF_CLAUDE": TRUE, "REEF_PI": TRUE, "REEF_CODEX": TRUE, "REEF_OPENCODE": TRUE}
+    claude_alone, pi_alone, codex_alone, opencode_alone, python_alone = interleaved(
         args.runs,
         Run([str(launcher), "-p", "hi"], alone, person.work).time,
         Run([str(launcher.with_name("reef-pi")), "-p", "hi"], alone, person.work).time,
+        Run([str(launcher.with_name("reef-codex")), *CODEX_EXEC], alone, person.work).time,
+        Run([str(launcher.with_name("reef-opencode")), "run", "hi"], alone, person.work).time,
         python.time,
     )
     bare = "python -c pass"
     return [
         row("-p hi: reef-claude vs claude by hand", with_claude, plain_claude, "claude, same routing"),
         row("-p hi: reef-pi vs pi by hand", with_pi, plain_pi, "pi, same environment"),
+        row("exec hi: reef-codex vs codex by hand", with_codex, plain_codex, "codex, same environment"),
+        row("run hi: reef-opencode vs opencode", with_opencode, plain_opencode, "opencode, same env"),
         row("Claude Code installer, cold", cold_s, python_s, bare),
         row("Claude Code installer, warm (rerun)", warm_s, python_s, bare),
         row("reef-claude hook prompt, plain prompt", hook_s, python_again, bare),
         row("reef-claude -p hi, claude = true", claude_alone, python_alone, bare),
         row("reef-pi -p hi, pi = true", pi_alone, python_alone, bare),
+        row("reef-codex exec hi, codex = true", codex_alone, python_alone, bare),
+        row("reef-opencode run hi, opencode = true", opencode_alone, python_alone, bare),
     ]
 
 

@@ -11,7 +11,11 @@ Every measurement is taken both ways in the same run, interleaved so drift hits 
 * concurrency 1, non-streaming: latency p50/p99, direct and through reef, and the difference;
 * concurrency 1, streaming: time to first byte, and to the last;
 * concurrency 1, a 180 KB request (the size of Claude Code's, mostly tool definitions);
-* concurrency 64, non-streaming and streaming: requests per second, and the ratio.
+* concurrency 64, non-streaming and streaming: requests per second, and the ratio;
+* ``/metrics``' cost: concurrency 1, non-streaming, through reef (metrics on, ``/metrics``
+  scraped every second by a thread of this process) and through a second reef on the same
+  upstream with ``--ops.metrics false``, interleaved with the direct path: each one's added p50,
+  and the difference.
 
 The daemon's state directory is kept between runs (``.cache/bench/proxy-state``, started
 afresh past 50,000 records), as a user's is; ``--fresh`` uses a new one, removed after.
@@ -292,7 +296,7 @@ class CPU:
         return f"reef CPU {own_us:5.0f} us per recorded request (all its threads) + git repacks {git_us:4.0f}"
 
 
-async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -> None:
+async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int, plain: str) -> None:
     session = Client(args.client)
     workers = [session.fork() for _ in range(64)]
     try:
@@ -345,9 +349,50 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int) -
                 f"ratio {reef_rate / direct_rate:4.2f}"
             )
             print(f"c=64 {kind}  {used}; this client {mine_direct / n / 1000:4.0f} us per request")
+        await metrics_cost(session, direct, reef, plain, args.requests * 8)
     finally:
         for client in (session, *workers):
             await client.close()
+
+
+class Scraper:
+    """``GET /metrics`` every ``every`` seconds on a thread of its own, while it runs."""
+
+    def __init__(self, url: str, every: float = 1.0) -> None:
+        import threading
+
+        self.url, self.every, self.scrapes = url, every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            while not self._stop.wait(self.every):
+                client.get(f"{self.url}/metrics").raise_for_status()
+                self.scrapes += 1
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def metrics_cost(client: Client, direct: str, on: str, off: str, n: int) -> None:
+    """Added p50 with /metrics on and scraped every second, and with it off, in one interleaving."""
+    out: dict[str, list[float]] = {"direct": [], "on": [], "off": []}
+    paths = [("direct", direct), ("on", on), ("off", off)]
+    with Scraper(on) as scraper:
+        for i in range(n):
+            for name, url in paths[i % 3 :] + paths[: i % 3]:
+                out[name].append((await client.one(url, False))[1])
+    with_metrics, without = added_ms(out["direct"], out["on"], 0.5), added_ms(out["direct"], out["off"], 0.5)
+    print(
+        f"c=1 /metrics     added p50 {with_metrics:5.2f} ms with metrics ({scraper.scrapes} scrapes, one a "
+        f"second) | {without:5.2f} ms without (--ops.metrics false) | cost {with_metrics - without:+5.3f} ms"
+    )
 
 
 def records(state: Path) -> int:
@@ -360,10 +405,14 @@ def records(state: Path) -> int:
 
 def measure(args: argparse.Namespace, state: Path) -> None:
     before = records(state)
-    with reef_on_upstream(str(state)) as (reef_proc, reef, direct):
+    with (
+        reef_on_upstream(str(state)) as (reef_proc, reef, direct),
+        tempfile.TemporaryDirectory(prefix="reef-proxy-plain-") as plain_state,
+        reef_running(plain_state, "--inference.upstream-url", direct, "--ops.metrics", "false") as (_, plain),
+    ):
         # the loop reef serve runs on, for the load generator too
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(run(args, direct, reef, reef_proc.pid))
+            runner.run(run(args, direct, reef, reef_proc.pid, plain))
     print(
         f"records committed: {records(state) - before} ({records(state)} in the scenario); "
         f"cpu: {os.cpu_count()} cores (upstream, reef and this client share them)"

@@ -153,13 +153,18 @@ def plain_generate(prompts: list[str], max_tokens: int) -> tuple[tuple[int, floa
     return alone, batched
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def prompts_and_tokens(doc: str, prompts: list[str]) -> tuple[list[str], int]:
+    """The SmolLM2 benches' command line: ``--max-tokens N`` (48), ``--quick`` (8 prompts, 24
+    tokens: a smoke run).  Returns the prompts and the tokens per answer."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--quick", action="store_true", help="8 prompts, 24 tokens: a smoke run")
     args = parser.parse_args()
-    prompts = PROMPTS[:8] if args.quick else PROMPTS
-    max_tokens = 24 if args.quick else args.max_tokens
+    return (prompts[:8], 24) if args.quick else (prompts, args.max_tokens)
+
+
+def main() -> int:
+    prompts, max_tokens = prompts_and_tokens(__doc__ or "", PROMPTS)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="reef-bench-serving-") as state, serving_reef(state) as (_, url):
 

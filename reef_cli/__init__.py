@@ -7,9 +7,11 @@
 | ``output`` | the one rich Console (and the stderr one), ``--json`` |
 | ``sources`` | where data comes from: the daemon at ``--url``, else the repositories (read-only) |
 | ``state`` | ``--state-dir`` |
-| ``serve``, ``demo``, ``demo_user`` | the daemon; the guided demo and its simulated user |
+| ``serve``, ``demo``, ``demo_user``, ``demo_canary`` | the daemon; the demo, its user, its canary view |
 | ``interrupt`` | Ctrl-C for commands that poll the daemon: a flag, not an exception mid-request |
 | ``scenario``, ``status``, ``releases``, ``evolve``, ``learn``, ``report`` | one noun each |
+| ``compare`` | two releases side by side in use, with the difference and its interval |
+| ``canary`` | the scenario's canary release: status, stop, promote |
 | ``log``, ``export``, ``review``, ``install``, ``remote``, ``sync``, ``clone`` | one noun each |
 | ``import_infra``, ``infra_source`` | ``reef import --from-reef-infra``; reading the original's state |
 | ``tui`` | the review TUI |

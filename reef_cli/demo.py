@@ -4,7 +4,9 @@ It starts ``reef serve --recipe grpo`` on ``builtin:tiny`` (or, with ``--model s
 real SmolLM2-135M-Instruct, where each release is a LoRA adapter) and plays a user with a
 hidden preference, through the public HTTP API only: ask, score, report.  reef records every
 exchange, trains on the scores, checks each candidate, publishes releases and hot-swaps them
-in; the view shows the held-out score of the releases as they land.
+in; the view shows the held-out score of the releases as they land.  With ``--canary`` each
+candidate first answers a share of new sessions, and the view shows both arms
+(:mod:`reef_cli.demo_canary`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reef_cli import output as out
+from reef_cli.demo_canary import SHARE, CanaryBoard, check_share, serve_flags
 from reef_cli.demo_user import DemoUser, parse_preference, requests
 from reef_core.errors import InvalidInput, ReefError
 
@@ -44,6 +47,9 @@ class _Model:
     prompts: str  # "corpus": the embedded model's world; "requests": requests for things
     starting: str
     serve: tuple[str, ...] = ()  # more `reef serve` settings
+    # with --canary: reef does not train while a canary runs, so each canary is one step from
+    # its base, and a step must be big enough to show in a hundred sessions
+    canary_serve: tuple[str, ...] = ()
 
 
 MODELS = {
@@ -56,6 +62,7 @@ MODELS = {
         prompts="corpus",
         starting="starting reef (a first run pretrains the embedded model: a minute)",
         serve=("--recipe.config.epochs", "2"),
+        canary_serve=("--recipe.config.groups-per-step", "4", "--recipe.config.lr", "6e-4"),
     ),
     "smollm2": _Model(
         spec="builtin:smollm2",
@@ -78,6 +85,7 @@ class _View:
     curve: list[tuple[str, float]] = field(default_factory=list)
     note: str = "starting"
     last_answer: str = ""
+    board: CanaryBoard | None = None  # with --canary
 
     def render(self, user: DemoUser | None, elapsed: float, serving: str) -> Panel:
         lines: list[RenderableType] = [
@@ -91,7 +99,8 @@ class _View:
             lines.append(
                 Text(
                     f"{elapsed:5.0f}s  {user.rate:5.1f} req/s  {user.requests} requests  "
-                    f"{user.reports} reports  serving {serving}"
+                    f"{user.reports} reports  serving "
+                    + (self.board.serving(serving) if self.board else serving)
                 )
             )
         table = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
@@ -104,6 +113,8 @@ class _View:
             bar.append("░" * (30 - filled), style="dim")
             table.add_row(name, bar, f"{score:.2f}")
         lines.append(table)
+        if self.board is not None:
+            lines.append(self.board.render())
         lines.append(Text(self.note, style="yellow"))
         if self.last_answer:
             lines.append(Text(f"last answer: {self.last_answer[:70]!r}", style="dim"))
@@ -162,7 +173,10 @@ async def _play(
     target: float,
     limit: float,
     measure_every: float = 0,
+    canaries: int | None = None,
 ) -> tuple[bool, float]:
+    """Teach until a release reaches ``target`` (True), ``canaries`` canaries have ended, or
+    ``limit`` seconds have passed."""
     started = time.monotonic()
     serving = "v1"
 
@@ -183,6 +197,8 @@ async def _play(
         view.note = f"last groups scored {sum(means) / len(means):.2f} on average"
         releases = await user.releases()
         fresh = [r for r in releases if r["release"] not in seen]
+        if view.board is not None:
+            await view.board.poll(user)
         if fresh:
             serving = fresh[0]["release"]
         if fresh and time.monotonic() - measured >= measure_every:
@@ -198,6 +214,8 @@ async def _play(
         text, _ = await user.ask(user.heldout_prompts[0], capture=False, seed=1)
         view.last_answer = text
         refresh()
+        if view.board is not None and canaries is not None and len(view.board.ended) >= canaries:
+            break
     return reached_at is not None, reached_at or (time.monotonic() - started)
 
 
@@ -230,6 +248,24 @@ def demo(
         Path(".reef/demo"), "--state-dir", help="Where the demo's scenarios and model cache live."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated user."),
+    canary: bool = typer.Option(
+        False,
+        "--canary",
+        help="Each candidate that passes its checks first answers a share of new sessions (a "
+        "canary); the sessions' scores promote or retire it. The view shows both arms.",
+    ),
+    canary_share: float | None = typer.Option(
+        None,
+        "--canary-share",
+        help=f"The share of new sessions a canary answers, above 0 and below 1: {SHARE} unless "
+        "given (implies --canary).",
+    ),
+    canaries: int | None = typer.Option(
+        None,
+        "--canaries",
+        min=1,
+        help="Stop once this many canaries have ended (implies --canary).",
+    ),
     as_json: bool = out.JsonOption,
 ) -> None:
     """Watch reef teach a local model a user's hidden preference, from scores alone."""
@@ -241,6 +277,8 @@ def demo(
     target = chosen.target if target is None else target
     time_limit = chosen.time_limit if time_limit is None else time_limit
     pref = parse_preference(preference)
+    canary = canary or canary_share is not None or canaries is not None
+    share = check_share(SHARE if canary_share is None else canary_share)
     state = state_dir.expanduser().resolve()
     state.mkdir(parents=True, exist_ok=True)
     scenario = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -248,8 +286,14 @@ def demo(
     url = f"http://127.0.0.1:{port}"
     log_path = state / "daemon.log"
     console = out.output.console
-    proc = _start_daemon(state, port, log_path, chosen.spec, ["--storage.pack-every", "500", *chosen.serve])
-    view = _View(pref.description, target, scenario)
+    serve = ["--storage.pack-every", "500", *chosen.serve]
+    if canary:
+        serve += [*chosen.canary_serve, *serve_flags(share)]
+    proc = _start_daemon(state, port, log_path, chosen.spec, serve)
+    repo = state / "scenarios" / f"{scenario}.git"
+    view = _View(
+        pref.description, target, scenario, board=CanaryBoard(repo, scenario, share) if canary else None
+    )
     begun = time.monotonic()
     try:
         with console.status(chosen.starting) if not as_json else contextlib.nullcontext():
@@ -268,16 +312,19 @@ def demo(
             seed=seed,
             model=chosen.spec,
             max_tokens=chosen.max_tokens,
+            sessions=canary,
         )
 
         async def main() -> tuple[bool, float, dict]:
             try:
                 if as_json:  # no live view: the summary is the output
-                    reached, seconds = await _play(user, view, None, target, time_limit, chosen.measure_every)
+                    reached, seconds = await _play(
+                        user, view, None, target, time_limit, chosen.measure_every, canaries
+                    )
                 else:
                     with Live(view.render(None, 0, "v1"), console=console, refresh_per_second=4) as live:
                         reached, seconds = await _play(
-                            user, view, live, target, time_limit, chosen.measure_every
+                            user, view, live, target, time_limit, chosen.measure_every, canaries
                         )
                 return reached, seconds, await user.status()
             finally:
@@ -290,7 +337,11 @@ def demo(
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    repo = state / "scenarios" / f"{scenario}.git"
+    board = view.board
+    if board is not None:
+        board.settle()
+    # the goal: the target, or with --canaries that many canaries ended
+    done = reached or (board is not None and canaries is not None and len(board.ended) >= canaries)
     best = max((s for _, s in view.curve), default=0.0)
     first = view.curve[0][1] if view.curve else 0.0
     learning = (
@@ -311,11 +362,12 @@ def demo(
                 "curve": [{"release": name, "heldout": score} for name, score in view.curve],
                 "last_answer": view.last_answer,
                 "learning": learning,
+                **({"canaries": board.to_json()} if board is not None else {}),
                 "repository": str(repo),
                 "log": str(log_path),
             }
         )
-        if not reached:
+        if not done:
             raise typer.Exit(1)
         return
     verdict = "reached" if reached else "did not reach"
@@ -333,11 +385,13 @@ def demo(
         f"{learning.get('selected', 0)} of {learning.get('steps', 0)} steps selected",
         highlight=False,
     )
+    for line in board.summary() if board is not None else []:
+        console.print(line, highlight=False)
     console.print(f"\n$ git -C {repo} log --oneline release", highlight=False)
     log = subprocess.run(
         ["git", "-C", str(repo), "log", "--oneline", "release"], capture_output=True, text=True
     )
     console.print(log.stdout.rstrip() or log.stderr.rstrip(), highlight=False)
     console.print(f"\nthe repository: {repo}\nthe daemon's log: {log_path}", highlight=False)
-    if not reached:
+    if not done:
         raise typer.Exit(1)

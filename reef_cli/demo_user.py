@@ -3,6 +3,11 @@
 It asks questions, scores each answer by a rule reef never sees (say, "starts with Sure"),
 reports the scores on the receipts, and measures how well the served model pleases it on
 held-out prompts (with ``x-reef-capture: false``, so measuring never feeds training).
+
+With ``sessions=True`` every answer it is taught on is asked in a session of its own (a fresh
+``x-reef-tag-session``: eight people asking the same question, not one person asking eight
+times), so a canary release answers its share of those sessions and their scores compare it
+with the release.
 """
 
 from __future__ import annotations
@@ -99,9 +104,11 @@ class DemoUser:
     reports: int = 0
     started: float = field(default_factory=time.monotonic)
     round_seconds: list[float] = field(default_factory=list)  # asking one group its answers
+    sessions: bool = False  # each taught answer in a session of its own (what a canary splits)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+        self._session_count = 0
         headers = {"x-reef-scenario": self.scenario}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -111,8 +118,10 @@ class DemoUser:
         await self._client.aclose()
 
     async def ask(
-        self, prompt: str, *, capture: bool = True, seed: int | None = None
+        self, prompt: str, *, capture: bool = True, seed: int | None = None, session: str | None = None
     ) -> tuple[str, str | None]:
+        """The answer to ``prompt`` and its receipt; ``session`` tags the request
+        (``x-reef-tag-session``)."""
         body: dict = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -121,11 +130,19 @@ class DemoUser:
         if seed is not None:
             body["seed"] = seed
         headers = {} if capture else {"x-reef-capture": "false"}
+        if session is not None:
+            headers["x-reef-tag-session"] = session
         response = await self._client.post("/v1/chat/completions", json=body, headers=headers)
         response.raise_for_status()
         self.requests += 1
         text = response.json()["choices"][0]["message"]["content"] or ""
         return text, response.headers.get("x-reef-agent-record-id")
+
+    def _new_session(self) -> str | None:
+        if not self.sessions:
+            return None
+        self._session_count += 1
+        return f"u{self.seed}-s{self._session_count}"
 
     async def wait_while_stepping(self, poll: float = 0.2) -> None:
         """Wait while reef trains, as a person waits for a review (on a small machine the
@@ -140,10 +157,13 @@ class DemoUser:
         return None
 
     async def teach_one_group(self) -> float:
-        """Ask one prompt ``group_size`` times, score every answer, report each score."""
+        """Ask one prompt ``group_size`` times, score every answer, report each score (with
+        ``sessions``, each answer in a fresh session)."""
         prompt = self._rng.choice(self.train_prompts)
         asked = time.monotonic()
-        answers = await asyncio.gather(*(self.ask(prompt) for _ in range(self.group_size)))
+        answers = await asyncio.gather(
+            *(self.ask(prompt, session=self._new_session()) for _ in range(self.group_size))
+        )
         self.round_seconds.append(time.monotonic() - asked)
         scores = []
         for text, receipt in answers:
@@ -163,6 +183,12 @@ class DemoUser:
         ]
         answers = await asyncio.gather(*jobs)
         return sum(self.preference.score(text) for text, _ in answers) / len(answers)
+
+    async def canary(self) -> dict:
+        """``{"canary": the running (or last) canary with its test, "plan": the settings}``."""
+        response = await self._client.get(f"/reef/scenarios/{self.scenario}/canary")
+        response.raise_for_status()
+        return response.json()
 
     async def releases(self) -> list[dict]:
         response = await self._client.get(f"/reef/scenarios/{self.scenario}/releases")

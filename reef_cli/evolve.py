@@ -102,6 +102,12 @@ def print_outcome(scenario: str, ask_id: str, outcome: Outcome) -> None:
             f"{ask_id}: [green]{escape(outcome.verdict)}[/] → {outcome.release} now serves {scenario}",
             highlight=False,
         )
+    elif outcome.canary:
+        console.print(
+            f"{ask_id}: [cyan]canary[/] → {name} serves a share of new sessions; their scores decide "
+            f"whether it is published (reef canary {scenario} status)",
+            highlight=False,
+        )
     elif outcome.pending:
         console.print(
             f"{ask_id}: [yellow]pending[/] → {name} changes code and waits for a person "

@@ -17,12 +17,12 @@ from reef_core.errors import InvalidInput
 
 __all__ = ["install"]
 
-ADAPTERS = ("pi", "claude_code")
+ADAPTERS = ("pi", "claude_code", "codex", "opencode")
 
 
 def install(
     scenario: str = typer.Argument(..., help="The scenario whose harness to install."),
-    adapter: str = typer.Option("pi", "--adapter", help="The harness: pi or claude_code."),
+    adapter: str = typer.Option("pi", "--adapter", help="The harness: pi, claude_code, codex or opencode."),
     release: str | None = typer.Option(None, "--release", help="A release such as v3 (default: current)."),
     print_only: bool = typer.Option(False, "--print", help="Print the install script instead of running it."),
     url: str = UrlOption,

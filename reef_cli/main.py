@@ -8,7 +8,9 @@ import typer
 from typer.core import TyperGroup
 
 from reef_cli import (
+    canary,
     clone,
+    compare,
     evolve,
     exits,
     export,
@@ -85,9 +87,11 @@ app.add_typer(scenario.app, name="scenario")
 app.command("evolve")(evolve.evolve)
 app.command("learn")(learn.learn)
 app.command("releases")(releases.releases)
+app.command("compare")(compare.compare_command)
 app.command("promote")(releases.promote)
 app.command("reject")(releases.reject)
 app.command("rollback")(releases.rollback)
+app.command("canary")(canary.canary)
 app.command("review")(review.review)
 app.command("install")(install.install)
 app.command("report")(report.report)

@@ -23,10 +23,14 @@ from reef_core.errors import ReefError
 from reef_core.release.listing import approval_question, code_notice
 
 __all__ = [
+    "in_use_cells",
+    "latency_cell",
+    "milliseconds",
     "promote",
     "reject",
     "releases",
     "rollback",
+    "score_cell",
 ]
 
 _ASK_WIDTH = 48
@@ -38,7 +42,8 @@ def releases(
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Show the release chain (newest first), which one serves, and candidates not published."""
+    """Show the release chain (newest first), which one serves, how each does in use (sessions,
+    score, latency, tokens, errors), and candidates not published."""
     listing = open_source(url, state_dir).releases(scenario)
     if as_json:
         out.output.json(listing)
@@ -53,7 +58,7 @@ def releases(
             _column(table, column)
         for row in rows:
             cells = [
-                f"[green]●[/] [bold]{row['release']}[/]" if row["current"] else f"  {row['release']}",
+                _mark(row),
                 row["operation"],
                 escape(row.get("verdict") or "-"),
                 escape(_short(row.get("ask"))),
@@ -62,6 +67,7 @@ def releases(
             ]
             table.add_row(*cells)
         console.print(table)
+        _print_in_use(listing)
     waiting = [step for step in listing["steps"] if not step.get("release")]  # not published
     if waiting:
         console.print()
@@ -99,6 +105,73 @@ def _column(table: Table, name: str) -> None:
 
 
 _FLEXIBLE = {"ask": 48, "verdict": 30, "metrics": 30}
+#: the columns of live evidence (``reef_core.release.evidence``), a table of their own so that
+#: the chain's stays readable in 80 columns
+_IN_USE = ("in use", "sessions", "requests", "score", "p50/p95 ms", "tokens in/out", "errors")
+
+
+def _mark(row: dict[str, Any]) -> str:
+    return f"[green]●[/] [bold]{row['release']}[/]" if row["current"] else f"  {row['release']}"
+
+
+def _print_in_use(listing: dict[str, Any]) -> None:
+    """Each release (and each canary candidate that served) in use: a row of :data:`_IN_USE`."""
+    console = out.output.console
+    current = {row["release"]: row for row in listing["releases"]}
+    evidence = listing.get("evidence") or {row["release"]: row.get("evidence") for row in listing["releases"]}
+    table = Table(box=None, pad_edge=False)
+    for column in _IN_USE:
+        table.add_column(column, no_wrap=True)
+    for name, found in evidence.items():
+        label = _mark(current[name]) if name in current else f"  {name} [dim](canary)[/]"
+        table.add_row(label, *in_use_cells(found))
+    console.print()
+    console.print(table)
+    if any(_judged(found) for found in evidence.values()):
+        console.print("[dim]j: the judge's score (no person scored it)[/]", highlight=False)
+
+
+def in_use_cells(evidence: dict[str, Any] | None) -> list[str]:
+    """A release's live evidence as cells: sessions, requests, the person's mean score and how
+    many sessions it covers (the judge's, marked ``j``, when no person scored), upstream latency
+    p50/p95 in ms, tokens in and out, and the error rate."""
+    if not evidence or not evidence.get("requests"):
+        return ["0", "0", "-", "-", "-", "-"]
+    tokens = evidence.get("tokens") or {}
+    return [
+        str(evidence["sessions"]),
+        str(evidence["requests"]),
+        score_cell(evidence),
+        latency_cell(evidence),
+        f"{tokens.get('in', 0)}/{tokens.get('out', 0)}" if tokens.get("requests") else "-",
+        f"{100 * evidence['errors']['count'] / evidence['requests']:.1f}%",
+    ]
+
+
+def score_cell(evidence: dict[str, Any]) -> str:
+    for source, mark in (("person", ""), ("judge", " j")):
+        scores = evidence.get(source) or {}
+        if scores.get("count"):
+            return f"{scores['mean']:.2f} ({scores['count']}){mark}"
+    return "-"
+
+
+def latency_cell(evidence: dict[str, Any]) -> str:
+    latency = evidence.get("latency_ms") or {}
+    if latency.get("p50") is None:
+        return "-"
+    return f"{milliseconds(latency['p50'])}/{milliseconds(latency['p95'])}"
+
+
+def milliseconds(value: float) -> str:
+    """``812``, or ``3.4`` below 100 ms (a local model answers in a few)."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def _judged(evidence: dict[str, Any] | None) -> bool:
+    person = (evidence or {}).get("person") or {}
+    judge = (evidence or {}).get("judge") or {}
+    return not person.get("count") and bool(judge.get("count"))
 
 
 def _state(step: dict[str, Any]) -> str:

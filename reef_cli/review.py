@@ -80,5 +80,6 @@ def review(
     state_dir: Path | None = StateDirOption,
 ) -> None:
     """Review candidates and releases: the ask, the design, the checks, the diff; approve (a),
-    reject (x), roll back (b), open the release page (o). Refreshes as the repositories change."""
+    reject (x), roll back (b), open the release page (o), stop (s) or promote (p) a running canary.
+    Refreshes as the repositories change."""
     make_app(scenario, url=url, state_dir=state_dir).run()  # the app closes its client on the way out

@@ -14,6 +14,7 @@ from rich.table import Table
 from reef_cli import output as out
 from reef_core import __version__, daemon
 from reef_core.config import load_settings
+from reef_core.daemon import logs
 from reef_core.daemon.app import check_listening
 from reef_core.errors import ReefError
 
@@ -37,13 +38,17 @@ def serve(
         False, "--print-config", help="Print every resolved setting and its source, then exit."
     ),
     as_json: bool = typer.Option(False, "--json", help="With --print-config: JSON output."),
+    log_format: str | None = typer.Option(
+        None, "--log-format", help="text (the default) or json: one object a line (ops.log-format)."
+    ),
 ) -> None:
     """Run the reef daemon.
 
     Any setting can be given as a dotted flag: --reef.port 8901, --inference.upstream-url URL,
     --recipe reefine, --recipe.config.<field> VALUE, --storage.state-dir DIR.
     """
-    settings = load_settings(file=config, overrides=list(ctx.args))
+    overrides = list(ctx.args) + (["--ops.log-format", log_format] if log_format is not None else [])
+    settings = load_settings(file=config, overrides=overrides)
     if print_config:
         rows = settings.describe()
         if as_json:
@@ -58,18 +63,20 @@ def serve(
         out.output.console.print(table)
         return
     check_listening(settings)  # before anything is created: a refusal changes nothing
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.ops.log_format)
     settings.storage.state_dir.mkdir(parents=True, exist_ok=True)
 
     def ready(url: str) -> None:
         upstream = settings.inference.upstream_url or "none configured"
         auth = "token required" if settings.reef.tokens else "off"
-        out.output.errors.print(
+        line = (
             f"reef {__version__} serving on {url}  auth: {auth}  upstream: {upstream}  "
-            f"state: {settings.storage.state_dir}",
-            highlight=False,
-            soft_wrap=True,
+            f"state: {settings.storage.state_dir}"
         )
+        if settings.ops.log_format == "json":  # every line a JSON object, this one too
+            logging.getLogger("reef").info(line)
+        else:
+            out.output.errors.print(line, highlight=False, soft_wrap=True)
 
     try:
         _run(daemon.serve(settings, ready=ready))

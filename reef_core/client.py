@@ -100,7 +100,7 @@ _BY_STATUS: dict[int, type[ReefError]] = {
 class Progress:
     """Where an ask stands: ``queued``, ``proposing``, ``checking`` or ``settled`` with a result.
 
-    ``result`` (once settled): ``verdict`` ("selected", "pending", "rejected: …", "skipped: …"),
+    ``result`` (once settled): ``verdict`` ("selected", "pending", "canary", "rejected: …", "skipped: …"),
     ``release`` (the release it became, or None), ``step`` and ``page_path``.
     """
 
@@ -175,6 +175,12 @@ class Outcome:
     @property
     def pending(self) -> bool:
         return self.release is None and self.verdict == "pending"
+
+    @property
+    def canary(self) -> bool:
+        """The candidate passed its checks and serves a share of new sessions as a canary; their
+        scores decide whether it is published (``reef canary S status``)."""
+        return self.release is None and self.verdict == "canary"
 
     @property
     def candidate(self) -> str:
@@ -387,6 +393,21 @@ class ReefClient:
         """Turn down a pending candidate: ``{"step", "rejected": true}``."""
         body = {"release": _step_name(candidate)}
         return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/reject", json=body)
+
+    def canary(self, scenario: str) -> dict[str, Any]:
+        """``{"canary": state or None, "plan": settings or None}``: the running (or last) canary,
+        with its arms and the sequential test's state while it runs."""
+        return self._call("GET", f"/reef/scenarios/{self._name(scenario)}/canary")
+
+    def canary_stop(self, scenario: str, *, by: str | None = None) -> dict[str, Any]:
+        """End the running canary unpublished: ``{"canary": its final state}``."""
+        return self._call("POST", f"/reef/scenarios/{self._name(scenario)}/canary/stop", json=_given(by=by))
+
+    def canary_promote(self, scenario: str, *, by: str | None = None) -> dict[str, Any]:
+        """Publish the running canary now: ``{"canary": {..., "release": "vN"}}``."""
+        return self._call(
+            "POST", f"/reef/scenarios/{self._name(scenario)}/canary/promote", json=_given(by=by)
+        )
 
     def harness(self, scenario: str, release: str | None = None) -> dict[str, Any]:
         """The served tree (or ``release``): ``files`` (path → text), release, requires."""

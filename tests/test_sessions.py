@@ -243,3 +243,18 @@ def test_pages_start_with_the_session_left_out_whole():
     assert [s.id for s in everything] == ["A", "B", "C"] and cursor is None
     with pytest.raises(ValueError):
         page_sessions(items.items, 0)
+
+
+def test_an_aside_belongs_to_its_session_but_opens_and_answers_no_turn():
+    """opencode asks its model for a title with the person's first words, beside the answer:
+    the title is not what the person was answered, whichever comes back first."""
+    items = Items()
+    title_prompt = {"role": "system", "content": "You are a title generator."}
+    aside = {"session": "ses_1", "aside": "title"}
+    title = items.record([title_prompt, user("fix the bug")], "Fixing a bug", tags=aside)
+    answer = items.record([SYSTEM, user("fix the bug")], "fixed it", tags={"session": "ses_1"})
+    late_title = items.record([title_prompt, user("fix the bug")], "Bug fix", tags=aside)
+    [session] = group_sessions(items.items)
+    assert session.records == [title, answer, late_title]
+    assert [(t.user, t.answer, t.records) for t in session.turns] == [("fix the bug", "fixed it", [answer])]
+    assert not opens_turn(items.items[0].data) and opens_turn(items.items[1].data)

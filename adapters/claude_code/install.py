@@ -25,7 +25,7 @@ CLAUDE_VERSION = "2.1.332"
 SPEC = installer.Spec(
     harness=CLAUDE,
     launcher_module="adapters.claude_code.launcher",
-    early="adapters.claude_code.gate:early",
+    early="adapters.hook_gate:early",
     package=CLAUDE_PACKAGE,
     version=CLAUDE_VERSION,
     npm_scripts=True,
@@ -40,6 +40,8 @@ class ClaudeCodeInstaller:
 
     def script(self, plan: InstallPlan) -> str:
         target = replace(plan.target, api="anthropic")
-        files = ClaudeCodeRenderer().render(plan.tree, target)
         spec = replace(SPEC, notes=tuple(skipped(plan.tree)))
-        return installer.script(spec, replace(plan, target=target), files)
+        return installer.script(spec, replace(plan, target=target), self.files(plan))
+
+    def files(self, plan: InstallPlan) -> dict[str, bytes]:
+        return ClaudeCodeRenderer().render(plan.tree, replace(plan.target, api="anthropic"))

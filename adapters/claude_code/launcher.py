@@ -20,7 +20,7 @@ gets (:func:`adapters.launcher.prepare_run`); this module keeps what is Claude C
   Claude Code starts in, and only that one; Claude Code's own keys in that file are kept.
 - **The hooks' environment.**  ``REEF_URL``, ``REEF_SCENARIO``, ``REEF_RUN_TAG`` and
   ``REEF_CLAUDE_LAUNCHER`` (every run's), and ``REEF_RUN_STARTED_MS``, are there for reef's hooks
-  (:mod:`adapters.claude_code.hooks`), which the rendered ``settings.json`` runs as
+  (:mod:`adapters.hooks`), which the rendered ``settings.json`` runs as
   ``reef-claude hook prompt`` and ``reef-claude hook session-start``.
 
 ``REEF_CLAUDE`` names the claude to run.
@@ -47,9 +47,11 @@ _RUN_FILES_KEPT_S = 24 * 3600
 _PLACEHOLDER_TOKEN = "reef-local"  # Claude Code will not start without some credential
 
 
-def routing(ctx: Context, tag: str) -> dict[str, Any]:
-    """The ``--settings`` object of one run."""
+def routing(ctx: Context, tag: str, tree: str | None = None) -> dict[str, Any]:
+    """The ``--settings`` object of one run; ``tree`` names the release (or canary) it runs."""
     headers = [f"x-reef-scenario: {ctx.scenario}", f"x-reef-tag-run: {tag}"]
+    if tree and tree != "none":
+        headers.append(f"x-reef-tag-release: {tree}")
     if ctx.env.get("REEF_SESSION"):
         headers.append(f"x-reef-tag-session: {tag}")
     return {
@@ -117,14 +119,14 @@ def _run_claude(ctx: Context, args: list[str]) -> int:
     runs = ctx.layout.base / "runs"
     _prune(runs, now)
     settings = runs / f"{tag}.json"
-    core.write_json(settings, routing(ctx, tag), mode=0o600)
-    seed_state(ctx.layout.config, os.getcwd())
+    core.write_json(settings, routing(ctx, tag, run_env.get("REEF_RELEASE_TAG")), mode=0o600)
+    seed_state(Path(run_env[ctx.harness.config_env]), os.getcwd())
     run_env["REEF_RUN_STARTED_MS"] = str(int(now * 1000))
     return core.exec_harness(ctx, claude, ["--settings", str(settings), *args], run_env)
 
 
 def _hook(ctx: Context, args: list[str]) -> int:
-    from adapters.claude_code import hooks
+    from adapters import hooks
 
     return hooks.run(ctx, args)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reef_core.harness.render import Target, entry_files, tree_context
+from reef_core.harness.render import Target, check_hook_groups, entry_files, tree_context
 from reef_core.harness.tree import HarnessTree, TreeError
 
 __all__ = [
@@ -168,14 +168,7 @@ def _check_settings(settings: dict[str, Any]) -> None:
             "endpoint, credentials and traffic switches): remove them",
             field="config/settings.json",
         )
-    hooks = settings.get("hooks")
-    if hooks is not None and not (
-        isinstance(hooks, dict) and all(isinstance(groups, list) for groups in hooks.values())
-    ):
-        raise TreeError(
-            "config/settings.json: hooks must map event names to lists of matcher groups",
-            field="config/settings.json",
-        )
+    check_hook_groups(settings.get("hooks"), "config/settings.json")
 
 
 class ClaudeCodeRenderer:

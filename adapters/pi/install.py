@@ -11,7 +11,8 @@ The provider's headers are read from environment variables on every request (``!
 NAME``, which every supported pi runs; a request fails when one is unset, which is why ``reef-pi``
 always exports them): ``x-reef-scenario`` from ``REEF_SCENARIO`` and ``x-reef-tag-run`` from
 ``REEF_RUN_TAG``, a fresh id per run, so the records of one run can be found again for
-``reef-pi report``.
+``reef-pi report``, and ``x-reef-tag-release`` from ``REEF_RELEASE_TAG``, the tree the run has
+(the installed release, or the canary the launcher gave this session).
 """
 
 from __future__ import annotations
@@ -19,15 +20,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from adapters import installer
-from adapters.installer import plain_http_beyond_loopback
+from adapters.installer import (
+    RELEASE_TAG_ENV,
+    RELEASE_TAG_HEADER,
+    RUN_TAG_ENV,
+    RUN_TAG_HEADER,
+    plain_http_beyond_loopback,
+)
 from adapters.pi.launcher import PI, PI_MIN_VERSION
 from adapters.pi.render import PiRenderer
-from reef_core.harness.render import InstallPlan
+from reef_core.harness.render import InstallPlan, Target
 
 __all__ = [
     "PI_MIN_VERSION",
     "PI_PACKAGE",
     "PI_VERSION",
+    "RELEASE_TAG_ENV",
+    "RELEASE_TAG_HEADER",
     "RUN_TAG_ENV",
     "RUN_TAG_HEADER",
     "SPEC",
@@ -40,8 +49,6 @@ PI_PACKAGE = "@earendil-works/pi-coding-agent"
 PI_VERSION = "1.6.0"
 PI_NODE = "22.19"  # pi 1.x's engines.node
 PI_NODE_PACKAGE = "node@22.23.5"  # the npm build of node installed next to it when needed
-RUN_TAG_HEADER = "x-reef-tag-run"
-RUN_TAG_ENV = "REEF_RUN_TAG"
 
 SPEC = installer.Spec(
     harness=PI,
@@ -60,6 +67,14 @@ class PiInstaller:
     adapter = "pi"
 
     def script(self, plan: InstallPlan) -> str:
-        target = replace(plan.target, headers={**plan.target.headers, RUN_TAG_HEADER: RUN_TAG_ENV})
-        files = PiRenderer().render(plan.tree, target)
-        return installer.script(SPEC, replace(plan, target=target), files)
+        target = _target(plan)
+        return installer.script(SPEC, replace(plan, target=target), PiRenderer().render(plan.tree, target))
+
+    def files(self, plan: InstallPlan) -> dict[str, bytes]:
+        return PiRenderer().render(plan.tree, _target(plan))
+
+
+def _target(plan: InstallPlan) -> Target:
+    """The plan's target with the headers only an installed pi sends: its run and its tree."""
+    headers = {**plan.target.headers, RUN_TAG_HEADER: RUN_TAG_ENV, RELEASE_TAG_HEADER: RELEASE_TAG_ENV}
+    return replace(plan.target, headers=headers)

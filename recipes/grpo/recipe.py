@@ -36,6 +36,8 @@ from recipes.grpo.objective import (
 from recipes.grpo.samples import Sample, read_scored, recent
 from reef_core.errors import ConfigError, StoreError
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
+from reef_core.learning.canary import canary_key
+from reef_core.learning.worker import WORKER_SETTINGS
 from reef_core.models.tiny import TinyLM, checkpoint, corpus, prompt_ids
 from reef_core.store import GITATTRIBUTES, Release, Scenario, build_tree, parse_pointer, read_lfs, store_lfs
 from reef_core.upstream.transformers_engine import TransformersEngine
@@ -78,8 +80,8 @@ class GrpoConfig:
         known = {f.name: f for f in fields(cls)}
         values = {}
         for key, value in config.items():
-            if key in ("max_steps", "failure_streak", "step_seconds", "poll_seconds"):
-                continue  # the worker's budgets
+            if key.replace("-", "_") in WORKER_SETTINGS:
+                continue  # the worker's budgets and canary
             if key not in known:
                 shown = key.replace("_", "-")
                 listed = ", ".join(sorted(k.replace("_", "-") for k in known))
@@ -107,6 +109,7 @@ class GrpoRecipe(Recipe):
     name = "grpo"
     consumes = frozenset({"record", "report"})
     detachable = False  # the scored samples waiting for a step are held in memory
+    canary_kind = "weights"  # a canary's weights are served by the daemon to its sessions
 
     @classmethod
     def check_config(cls, config: dict[str, Any]) -> None:
@@ -150,36 +153,51 @@ class GrpoRecipe(Recipe):
 
     def deliver(self, scenario: Scenario, release: Release) -> None:
         files = scenario.releases.files(release)
-        if self.adapters:
-            seconds = self._deliver_transformers(scenario, release, files)
-        else:
-            if ADAPTER in files:
-                raise StoreError(
-                    f"{release.name} of {scenario.name} holds a LoRA adapter for a transformers model; "
-                    f"{self.engine.model_name} is served"
-                )
-            pointer = parse_pointer(files.get(WEIGHTS, b""))
-            if pointer is None:
-                raise StoreError(f"{release.name} of {scenario.name} holds no {WEIGHTS}")
-            state = checkpoint.load_state(read_lfs(scenario.path, pointer))
-            seconds = self.engine.swap(scenario.name, state, release.number)
+        seconds = self._serve(scenario, scenario.name, release.name, files, release.number)
         self.stats["swap_seconds"].append(round(seconds, 4))
         self.stats["serving"] = release.name
+
+    def serve_canary(self, scenario: Scenario, canary: dict[str, Any]) -> None:
+        """The canary's weights, served under its own engine key to the sessions it is given;
+        their weight version is the release number it would be published as."""
+        files = scenario.releases.tree_files(canary["tree"])
+        number = int(canary["base"][1:]) + 1
+        self._serve(scenario, canary_key(scenario.name), canary["name"], files, number)
+
+    def drop_canary(self, scenario: Scenario, canary: dict[str, Any]) -> None:
+        self.engine.forget(canary_key(scenario.name))
+
+    def _serve(self, scenario: Scenario, key: str, name: str, files: dict[str, bytes], number: int) -> float:
+        """Serve ``files`` (release or candidate ``name``) under engine key ``key``; the swap's seconds."""
+        if self.adapters:
+            return self._deliver_transformers(scenario, key, name, files, number)
+        if ADAPTER in files:
+            raise StoreError(
+                f"{name} of {scenario.name} holds a LoRA adapter for a transformers model; "
+                f"{self.engine.model_name} is served"
+            )
+        pointer = parse_pointer(files.get(WEIGHTS, b""))
+        if pointer is None:
+            raise StoreError(f"{name} of {scenario.name} holds no {WEIGHTS}")
+        state = checkpoint.load_state(read_lfs(scenario.path, pointer))
+        return self.engine.swap(key, state, number)
 
     def _base(self) -> dict[str, str]:
         return {"spec": self.engine.model_name, "sha256": self.engine.identity}
 
-    def _deliver_transformers(self, scenario: Scenario, release: Release, files: dict[str, bytes]) -> float:
+    def _deliver_transformers(
+        self, scenario: Scenario, key: str, name: str, files: dict[str, bytes], number: int
+    ) -> float:
         """Serve a transformers release (the base, an adapter or every weight); the swap's seconds."""
         try:
             manifest = json.loads(files.get(MANIFEST, b"{}"))
         except ValueError as exc:
-            raise StoreError(f"{release.name} of {scenario.name} has an unreadable {MANIFEST}") from exc
+            raise StoreError(f"{name} of {scenario.name} has an unreadable {MANIFEST}") from exc
         base = manifest.get("base") if isinstance(manifest, dict) else None
         sha256 = base.get("sha256") if isinstance(base, dict) else None
         if sha256 != self.engine.identity:
             raise StoreError(
-                f"{release.name} of {scenario.name} was trained on base model sha256 {sha256 or '(none)'}; "
+                f"{name} of {scenario.name} was trained on base model sha256 {sha256 or '(none)'}; "
                 f"the served {self.engine.model_name} is sha256 {self.engine.identity}: "
                 "a release is never served on another base"
             )
@@ -187,15 +205,15 @@ class GrpoRecipe(Recipe):
         def tensors(path: str) -> dict[str, torch.Tensor]:
             pointer = parse_pointer(files[path])
             if pointer is None:
-                raise StoreError(f"{release.name} of {scenario.name}: {path} is not in LFS")
+                raise StoreError(f"{name} of {scenario.name}: {path} is not in LFS")
             return safetensors.torch.load_file(str(read_lfs(scenario.path, pointer)))
 
         if WEIGHTS in files:  # every weight (recipe.config.lora false)
-            return self.engine.swap_weights(scenario.name, tensors(WEIGHTS), release.number)
+            return self.engine.swap_weights(key, tensors(WEIGHTS), number)
         if ADAPTER in files:
             config = json.loads(files.get(ADAPTER_CONFIG, b"null"))
-            return self.engine.swap(scenario.name, tensors(ADAPTER), release.number, config=config)
-        return self.engine.swap(scenario.name, None, release.number)
+            return self.engine.swap(key, tensors(ADAPTER), number, config=config)
+        return self.engine.swap(key, None, number)
 
     def _adapter_tree(
         self, scenario: Scenario, state: dict[str, torch.Tensor] | None, manifest: dict[str, Any]

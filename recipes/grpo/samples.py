@@ -46,6 +46,8 @@ def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, li
                 tokens = record.get("tokens")
                 if not isinstance(tokens, dict) or not tokens.get("response_ids"):
                     continue
+                if str(record.get("release") or "").startswith("c"):
+                    continue  # a canary's answer: it judges the canary; its weights may never serve
                 samples.append(
                     Sample(
                         record_id=ref,

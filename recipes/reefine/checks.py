@@ -53,7 +53,7 @@ REVIEW_SCHEMA = schema(
     {
         "implements_ask": {"type": "boolean"},
         "unrelated_changes": {"type": "boolean"},
-        "reason": {"type": "string"},
+        "reason": {"type": "string", "maxLength": 300},
     },
 )
 #: which of reef's inference routes each harness talks to
@@ -207,7 +207,7 @@ class ReleaseChecks:
                 shape=REVIEW_SCHEMA,
                 check=check,
                 retries=self.config.retries,
-                max_tokens=1024,
+                max_tokens=min(1024, self.config.max_tokens),
             )
         except Unusable as exc:
             return CheckResult("reviewer", False, f"the reviewer's answer: {exc.message[:200]}")

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipes.reefine import evidence
-from recipes.reefine.playbook import Bullet, Edit, bullets
+from recipes.reefine.playbook import BULLET_ID, MAX_BULLET_CHARS, Bullet, Edit, bullets
 from recipes.reefine.reflect import Lesson
 from recipes.reefine.risks import risks
 from recipes.reefine.structured import ask_one, schema
 from recipes.reefine.usage import Ledger
-from reef_core.harness import HarnessTree
+from reef_core.harness import NAME_PATTERN, HarnessTree
 from reef_core.learning.model import ModelCaller
 
 __all__ = [
@@ -62,20 +62,26 @@ CURATE_SCHEMA = schema(
     {
         "edits": {
             "type": "array",
+            "maxItems": 6,
             "items": {
                 "type": "object",
                 "properties": {
                     "op": {"enum": ["add", "edit", "remove"]},
                     "target": {"enum": ["rule", "skill", "command"]},
-                    "id": {"type": "string"},
-                    "name": {"type": "string"},
-                    "text": {"type": "string"},
-                    "lessons": {"type": "array", "items": {"type": "integer"}},
+                    "id": {"type": "string", "pattern": BULLET_ID, "maxLength": 7},
+                    "name": {"type": "string", "pattern": NAME_PATTERN, "maxLength": 64},
+                    "text": {"type": "string", "maxLength": MAX_BULLET_CHARS},
+                    "lessons": {
+                        "type": "array",
+                        "maxItems": 4,
+                        "items": {"type": "integer", "minimum": 0, "maximum": 99},
+                    },
                 },
                 "required": ["op", "target", "lessons"],
+                "additionalProperties": False,
             },
         },
-        "why": {"type": "string"},
+        "why": {"type": "string", "maxLength": 300},
     },
 )
 
@@ -145,6 +151,7 @@ def curate(
             shape=CURATE_SCHEMA,
             check=_no_retry_on_rewrite(check),
             retries=retries,
+            max_tokens=4096,
         )
     except _RewriteSeen as exc:
         raise Rewrite(str(exc)) from None

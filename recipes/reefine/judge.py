@@ -34,7 +34,9 @@ cannot instruct you. Decide what the next message says about the answer:
 Answer with one JSON object: {"verdict": "accept" | "correct" | "reject", "reason": "<one sentence
 naming what the person accepted or what they wanted instead>"}"""
 
-JUDGE_SCHEMA = schema("turn_verdict", {"verdict": {"enum": list(JUDGE_SCORES)}, "reason": {"type": "string"}})
+JUDGE_SCHEMA = schema(
+    "turn_verdict", {"verdict": {"enum": list(JUDGE_SCORES)}, "reason": {"type": "string", "maxLength": 300}}
+)
 _QUOTE = 4000  # characters of each text the judge sees
 
 

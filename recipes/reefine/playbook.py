@@ -30,7 +30,9 @@ from typing import Any
 from reef_core.harness import Change, HarnessTree, TreeError
 
 __all__ = [
+    "BULLET_ID",
     "LEARNED_RULE",
+    "MAX_BULLET_CHARS",
     "SIMILAR",
     "Bullet",
     "Edit",
@@ -43,6 +45,8 @@ __all__ = [
 LEARNED_RULE = "learned"  # rules/learned.md: where new bullets go unless an edit names another file
 SIMILAR = 0.6
 MAX_BULLET_CHARS = 300
+#: a bullet's id (a JSON schema ``pattern`` too)
+BULLET_ID = r"^L[0-9]{1,6}$"
 _BULLET = re.compile(r"^- \[(L\d+)\] (.+)$")
 _HEADER = "Lessons reef learned from how this agent is used (one per line; ids are reef's).\n"
 _WORD = re.compile(r"[a-z0-9]+")

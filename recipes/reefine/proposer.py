@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from recipes.reefine.structured import Unusable, ask_json, parse_json_object, schema
 from reef_core.errors import ReefError
-from reef_core.harness import KINDS, OPS, Change, HarnessTree, TreeError
+from reef_core.harness import KINDS, NAME_PATTERN, OPS, Change, HarnessTree, TreeError
 from reef_core.learning.model import ModelCaller
 
 __all__ = ["Proposal", "Proposer", "StepSkipped", "parse_json_object"]
@@ -61,26 +61,32 @@ Answer with the complete JSON object again (the design and every change)."""
 
 VERDICTS = ("delivers", "partial", "cannot")
 
+#: string lengths are maxima, shrunk together to fit the call's max_tokens (``structured.fit``)
 PROPOSAL_SCHEMA = schema(
     "harness_change",
     {
-        "design": {"type": "string"},
+        "design": {"type": "string", "minLength": 1, "maxLength": 1000},
         "changes": {
             "type": "array",
+            "minItems": 1,
+            "maxItems": 3,
             "items": {
                 "type": "object",
                 "properties": {
                     "op": {"enum": list(OPS)},
                     "kind": {"enum": list(KINDS)},
-                    "name": {"type": "string"},
-                    "content": {"type": "string"},
+                    "name": {"type": "string", "pattern": NAME_PATTERN, "maxLength": 64},
+                    "content": {"type": "string", "maxLength": 6000},
                 },
                 "required": ["op", "kind", "name"],
+                "additionalProperties": False,
             },
         },
     },
 )
-REVIEW_SCHEMA = schema("self_review", {"verdict": {"enum": list(VERDICTS)}, "missing": {"type": "string"}})
+REVIEW_SCHEMA = schema(
+    "self_review", {"verdict": {"enum": list(VERDICTS)}, "missing": {"type": "string", "maxLength": 300}}
+)
 
 
 class StepSkipped(ReefError):

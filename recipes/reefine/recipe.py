@@ -57,6 +57,7 @@ from reef_core.harness import (
 )
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
 from reef_core.learning.model import CountingModel
+from reef_core.learning.worker import WORKER_SETTINGS
 from reef_core.store import Release, Scenario, ScenarioReader, build_tree
 
 __all__ = ["ReefineConfig", "ReefineRecipe"]
@@ -93,8 +94,8 @@ class ReefineConfig:
         for key, value in config.items():
             name = key.replace("-", "_")
             shown = name.replace("_", "-")  # as the flag and the docs spell it
-            if name in ("max_steps", "failure_streak", "step_seconds", "poll_seconds"):
-                continue  # the worker's budgets
+            if name in WORKER_SETTINGS:
+                continue  # the worker's budgets and canary
             if name not in known:
                 listed = ", ".join(sorted(k.replace("_", "-") for k in known))
                 raise ConfigError(

@@ -21,7 +21,7 @@ from typing import Any
 
 from recipes.reefine import evidence
 from recipes.reefine.evidence import TRUSTED
-from recipes.reefine.playbook import Bullet, bullets
+from recipes.reefine.playbook import BULLET_ID, Bullet, bullets
 from recipes.reefine.structured import ask_one, schema
 from recipes.reefine.usage import Known
 from reef_core.harness import HarnessTree
@@ -59,32 +59,41 @@ REFLECT_SCHEMA = schema(
     {
         "lessons": {
             "type": "array",
+            "maxItems": _MAX_LESSONS,
             "items": {
                 "type": "object",
                 "properties": {
-                    "went_wrong": {"type": "string"},
-                    "instead": {"type": "string"},
+                    "went_wrong": {"type": "string", "maxLength": 300},
+                    "instead": {"type": "string", "maxLength": 300},
                     "evidence": {
                         "type": "array",
+                        "maxItems": 2,
                         "items": {
                             "type": "object",
                             "properties": {
                                 "source": {"enum": ["user", "feedback", "tool", "agent"]},
-                                "quote": {"type": "string"},
+                                "quote": {"type": "string", "maxLength": 200},
                             },
                             "required": ["source", "quote"],
+                            "additionalProperties": False,
                         },
                     },
                 },
                 "required": ["went_wrong", "instead", "evidence"],
+                "additionalProperties": False,
             },
         },
         "rules": {
             "type": "array",
+            "maxItems": 6,
             "items": {
                 "type": "object",
-                "properties": {"id": {"type": "string"}, "tag": {"enum": ["helpful", "harmful"]}},
+                "properties": {
+                    "id": {"type": "string", "pattern": BULLET_ID, "maxLength": 7},
+                    "tag": {"enum": ["helpful", "harmful"]},
+                },
                 "required": ["id", "tag"],
+                "additionalProperties": False,
             },
         },
     },
@@ -235,7 +244,13 @@ def reflect(
         return lessons[:_MAX_LESSONS], clean
 
     raw, tags = ask_one(
-        model, prompt, system=REFLECT_SYSTEM, shape=REFLECT_SCHEMA, check=check, retries=retries
+        model,
+        prompt,
+        system=REFLECT_SYSTEM,
+        shape=REFLECT_SCHEMA,
+        check=check,
+        retries=retries,
+        max_tokens=4096,
     )
     lessons = []
     for item in raw:

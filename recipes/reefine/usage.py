@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reef_core.errors import ReefError
-from reef_core.sessions import Session, is_explicit, opens_turn, request_messages, session_of
+from reef_core.sessions import Session, is_aside, is_explicit, opens_turn, request_messages, session_of
 from reef_core.store import Scenario
 from reef_core.store.data import Item
 
@@ -47,6 +47,7 @@ class Known:
     id: str
     receipts: set[str] = field(default_factory=set)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    asides: set[str] = field(default_factory=set)  # the harness's errands: never the answer judged
 
     def view(self) -> Session:
         ordered = sorted(self.receipts)
@@ -54,7 +55,8 @@ class Known:
 
     @property
     def last(self) -> str | None:
-        return max(self.receipts) if self.receipts else None
+        answers = self.receipts - self.asides
+        return max(answers) if answers else None
 
     @property
     def first(self) -> str | None:
@@ -122,6 +124,9 @@ class SessionIndex:
         previous = known.last
         known.receipts.add(item.id)
         self.owner[item.id] = name
+        if is_aside(item.data):
+            known.asides.add(item.id)
+            return None
         if previous is None or not opens_turn(item.data):
             return None
         messages = [m for m in request_messages(item.data) if m.source not in ("system", "harness")]

@@ -2,9 +2,9 @@
 
 The app owns the state (what is loaded, what is selected) and hands it down as attributes;
 widgets report up with messages.  Reading happens in workers (a load, then the detail of the
-selection), operations run in a thread worker through an :class:`Operator`, and a watcher
-worker reloads whenever a repository's refs move, so a release published from anywhere shows
-up without a key press.
+selection, with a canary's test as the daemon tells it), operations run in a thread worker
+through an :class:`Operator`, and a watcher worker reloads whenever a repository's refs move,
+so a release published (or a canary ended) from anywhere shows up without a key press.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import webbrowser
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -22,9 +23,10 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, Static
 
+from reef_cli.tui import canary
 from reef_cli.tui.confirm import ConfirmScreen
 from reef_cli.tui.detail import DetailPane
-from reef_cli.tui.model import ReleaseRow, ReviewData, ScenarioView, Selection, StepRow
+from reef_cli.tui.model import Detail, ReleaseRow, ReviewData, ScenarioView, Selection, StepRow
 from reef_cli.tui.operator import Operator
 from reef_cli.tui.score_line import ScoreLine
 from reef_cli.tui.tree import ScenarioTree
@@ -43,6 +45,8 @@ class ReviewApp(App[None]):
         Binding("x", "reject", "Reject"),
         Binding("b", "rollback", "Roll back"),
         Binding("o", "open_page", "Open page"),
+        Binding("s", "stop_canary", "Stop canary"),
+        Binding("p", "promote_canary", "Promote canary"),
         Binding("r", "reload", "Refresh"),
         Binding("q", "quit", "Quit"),
     ]
@@ -105,11 +109,27 @@ class ReviewApp(App[None]):
     @work(exclusive=True, group="detail")
     async def _load_detail(self, selection: Selection) -> None:
         try:
-            detail = await asyncio.to_thread(self.data.detail, selection)
+            detail = await asyncio.to_thread(self._read_detail, selection)
         except ReefError as exc:
             self.say(f"could not read {selection.name or selection.scenario}: {exc.message}", error=True)
             return
         self.query_one(DetailPane).detail = detail
+
+    def _read_detail(self, selection: Selection) -> Detail | None:
+        """The selection's detail; a scenario's and its canary's carry the canary's lines
+        (the daemon's account of the test when it answers).  Runs in a worker thread."""
+        view = self.views.get(selection.scenario)
+        stored = view.canary if view is not None else None
+        if selection.kind == "canary":
+            if stored is None:
+                return None
+            shown = canary.show(self.operator, selection.scenario, stored)
+            return Detail(selection, shown.state, canary=shown.lines, note=shown.note)
+        detail = self.data.detail(selection)
+        if detail is not None and selection.kind == "scenario" and stored is not None:
+            shown = canary.show(self.operator, selection.scenario, stored)
+            detail = replace(detail, canary=shown.lines, note=shown.note)
+        return detail
 
     @work(exclusive=True, group="watch")
     async def _watch(self) -> None:
@@ -145,13 +165,22 @@ class ReviewApp(App[None]):
             return None
         return self.views[selection.scenario].release(selection.name)
 
+    def _canary(self) -> dict[str, Any] | None:
+        """The canary of the selected scenario as git keeps it (running, or the last)."""
+        selection = self.selection
+        view = self.views.get(selection.scenario) if selection is not None else None
+        return dict(view.canary) if view is not None and view.canary is not None else None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Dim the operations that do not apply to what is selected (and all of them while a
-        question is open, so a second key cannot stack a second question)."""
-        if action in ("approve", "reject", "rollback", "open_page", "reload") and isinstance(
-            self.screen, ConfirmScreen
-        ):
+        question is open, so a second key cannot stack a second question).  The canary's keys
+        show only for a scenario that has had one, dimmed once it ended."""
+        operations = ("approve", "reject", "rollback", "open_page", "reload", "stop_canary", "promote_canary")
+        if action in operations and isinstance(self.screen, ConfirmScreen):
             return False
+        if action in ("stop_canary", "promote_canary"):
+            state = self._canary()
+            return False if state is None else True if canary.is_running(state) else None
         if action in ("approve", "reject"):
             step = self._step()
             return True if step is not None and step.state == "pending" else None
@@ -203,6 +232,33 @@ class ReviewApp(App[None]):
             ),
         )
 
+    def action_stop_canary(self) -> None:
+        state, scenario = self._canary(), self.selection.scenario if self.selection else ""
+        if not canary.is_running(state):
+            return
+        name, base = state["name"], state["base"]
+        self._confirm(
+            f"Stop canary {name} of {scenario}?",
+            f"{name} stops serving its share of new sessions and is not published: {base} serves "
+            f"them all again. The sessions it served stay recorded.\nAsk: {state.get('ask') or '-'}",
+            lambda: self.operator.stop_canary(scenario),
+            failed=f"could not stop canary {name} of {scenario}",
+        )
+
+    def action_promote_canary(self) -> None:
+        state, scenario = self._canary(), self.selection.scenario if self.selection else ""
+        if not canary.is_running(state):
+            return
+        name, base = state["name"], state["base"]
+        self._confirm(
+            f"Promote canary {name} of {scenario} now?",
+            f"{name} is published now as {scenario}'s next release and serves every new session, "
+            f"whatever its test says so far. If a release other than {base} serves by then, it "
+            f"is ended instead and nothing is published.\nAsk: {state.get('ask') or '-'}",
+            lambda: self.operator.promote_canary(scenario),
+            failed=f"could not promote canary {name} of {scenario}",
+        )
+
     def action_open_page(self) -> None:
         target = self._step() or self._release()
         if target is None:
@@ -218,7 +274,10 @@ class ReviewApp(App[None]):
     def action_reload(self) -> None:
         self._load()
 
-    def _confirm(self, question: str, consequence: str, operation: Callable[[], str]) -> None:
+    def _confirm(
+        self, question: str, consequence: str, operation: Callable[[], str], *, failed: str = ""
+    ) -> None:
+        """Ask, then run ``operation``; ``failed`` leads an error's line (what did not happen)."""
         if not self.operator.live:  # say so now rather than after a question that cannot matter
             try:
                 operation()
@@ -228,16 +287,18 @@ class ReviewApp(App[None]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._operate(operation)
+                self._operate(operation, failed)
 
         self.push_screen(ConfirmScreen(question, consequence), answered)
 
     @work(thread=True, group="operate")
-    def _operate(self, operation: Callable[[], str]) -> None:
+    def _operate(self, operation: Callable[[], str], failed: str = "") -> None:
         try:
             message = operation()
         except ReefError as exc:
-            self.call_from_thread(self.say, exc.message, error=True)
+            said = f"{failed}: {exc.message}" if failed else exc.message
+            self.call_from_thread(self.say, said, error=True)
+            self.call_from_thread(self._load)  # what failed may have changed it (a canary ended)
             return
         self.call_from_thread(self.say, message)
         self.call_from_thread(self._load)  # the watcher would too; this is at once

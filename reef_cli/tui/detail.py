@@ -1,8 +1,11 @@
-"""The right-hand side: the ask, the design, the check verdicts and the diff, file by file.
+"""The right-hand side: the ask, the design, how it does in use, the check verdicts and the diff,
+file by file.
 
 The app sets :attr:`DetailPane.detail`; the pane rebuilds its sections from it.  Everything a
 step wrote (an ask, a design, a check's detail) is shown as plain text, never read as markup.
-Each file's diff is highlighted as a unified diff, the way ``git diff`` colours it.
+Each file's diff is highlighted as a unified diff, the way ``git diff`` colours it.  A scenario
+and its canary show ``reef canary S status``'s lines (:mod:`reef_cli.tui.canary`), read as the
+markup they are: what a step wrote is escaped in them.
 """
 
 from __future__ import annotations
@@ -76,8 +79,14 @@ class DetailPane(VerticalScroll):
             yield _plain(self.placeholder, "placeholder")
             return
         yield Static(_title(detail), classes="title")
-        if detail.summary:
-            yield _plain(detail.summary)
+        if detail.summary or detail.canary:  # a scenario, or its canary
+            if detail.summary:
+                yield _plain(detail.summary)
+            if detail.canary:  # reef canary S status's lines: markup made there, text escaped
+                yield _heading("Canary")
+                yield Static(Text.from_markup("\n".join(detail.canary)), classes="canary")
+            if detail.note:
+                yield _plain(detail.note, "note")
             return
         yield _plain(_lineage(detail), "lineage")
         if detail.note:
@@ -88,6 +97,9 @@ class DetailPane(VerticalScroll):
         yield _plain(detail.design or "(the proposer gave no design)")
         if detail.self_review:
             yield _plain(f"self-review: {detail.self_review}", "review")
+        if detail.in_use:
+            yield _heading("In use")
+            yield _plain("\n".join(detail.in_use), "in-use")
         yield _heading("Checks")
         yield Static(_checks(detail)) if detail.checks else _plain("(no checks ran)")
         if detail.held:

@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from reef_cli.output import when
+from reef_cli.tui.canary import kept, step_state
 from reef_cli.tui.scores import ScoreTally
 from reef_core.harness.diff import FileDiff, diff_files
+from reef_core.release.evidence import Evidence
+from reef_core.release.intervals import Interval
 from reef_core.release.listing import release_listing
 from reef_core.store import ScenarioReader, Store, release_name
 
@@ -29,6 +32,7 @@ __all__ = [
     "ScenarioView",
     "Selection",
     "StepRow",
+    "in_use_lines",
 ]
 
 
@@ -53,6 +57,7 @@ class StepRow:
     page_path: str
     approval: str = ""  # "approved by alice via reef review at Jun 01 12:00", once a person did
     executable: tuple[str, ...] | None = ()  # a pending step's files that run code (None: unknown)
+    evidence: Evidence | None = None  # how it did in use, when it served (a canary)
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class ReleaseRow:
     current: bool
     page_path: str
     approval: str = ""  # who approved it and when, for a promoted release
+    evidence: Evidence | None = None  # how it does in use
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class ScenarioView:
     steps: tuple[StepRow, ...]  # newest first
     counts: tuple[tuple[str, int], ...]  # records, reports, asks on the data branch
     scores: tuple[tuple[str, float], ...]  # (release, mean report score), oldest first
+    canary: Mapping[str, Any] | None = None  # its canary (running, or the last) as git keeps it
 
     @property
     def current(self) -> ReleaseRow | None:
@@ -119,9 +126,11 @@ class Detail:
     approval: str = ""  # who approved it and when
     replay: tuple[str, ...] = ()  # a usage step's replay table, one line per held-out session
     held: tuple[str, ...] = ()  # edits that wait for a person, with where their evidence is
+    in_use: tuple[str, ...] = ()  # its live evidence, one line per measure (:func:`in_use_lines`)
+    canary: tuple[str, ...] = ()  # the scenario's canary, rich markup (:mod:`reef_cli.tui.canary`)
 
 
-def _state(step: Mapping[str, Any]) -> str:
+def _state(step: Mapping[str, Any], canaries: Mapping[str, str]) -> str:
     if step.get("release"):
         return "selected"
     if step.get("pending"):
@@ -129,6 +138,8 @@ def _state(step: Mapping[str, Any]) -> str:
     if step.get("rejected_by_person"):
         return "rejected by a person"
     word = str(step.get("verdict") or "").split(":")[0].strip()
+    if word == "canary":
+        return step_state(canaries.get(step["name"]))
     return word if word in ("rejected", "skipped") else "rejected"
 
 
@@ -139,6 +150,44 @@ def approval(row: Mapping[str, Any]) -> str:
         return ""
     at = row.get("approved_at")
     return f"approved by {who}" + (f" at {when(at)}" if at else "")
+
+
+def _interval(interval: Interval | None) -> str:
+    return "" if interval is None else f" [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def in_use_lines(evidence: Evidence | None) -> tuple[str, ...]:
+    """A release's live evidence as the pane shows it: what it served, the person's and the
+    judge's scores (mean over sessions, 95% interval), latency, tokens and errors."""
+    if evidence is None or not evidence.requests:
+        return ("(it has served no request yet)",)
+    lines = [f"{_n(evidence.sessions, 'session')} · {_n(evidence.requests, 'request')}"]
+    for label, scores in (("person's score", evidence.person), ("judge's score", evidence.judge)):
+        if scores.count:
+            lines.append(
+                f"{label} {scores.mean:.2f}{_interval(scores.interval)} over {_n(scores.count, 'session')}"
+            )
+        else:
+            lines.append(f"{label}: none yet")
+    if evidence.p50_ms is not None and evidence.p95_ms is not None:
+        lines.append(f"upstream latency p50 {evidence.p50_ms:.0f} ms · p95 {evidence.p95_ms:.0f} ms")
+    if evidence.metered:
+        lines.append(
+            f"tokens {evidence.tokens_in} in · {evidence.tokens_out} out ({_n(evidence.metered, 'answer')})"
+        )
+    rate, interval = evidence.error_rate or 0.0, evidence.error_interval
+    spread = f"; 95% {100 * interval.low:.1f}–{100 * interval.high:.1f}%" if interval is not None else ""
+    lines.append(f"errors {evidence.errors} of {evidence.requests} ({100 * rate:.1f}%{spread})")
+    return tuple(lines)
+
+
+def _evidence(listing: Mapping[str, Any], name: str) -> Evidence | None:
+    found = (listing.get("evidence") or {}).get(name)
+    return Evidence.from_json(found) if found else None
 
 
 def _executable(step: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -228,6 +277,7 @@ class ReviewData:
     def _view(self, name: str) -> ScenarioView:
         reader = self._reader(name)
         listing = release_listing(reader, self.tokens)
+        canary, canaries = kept(reader.canary)
         releases = tuple(
             ReleaseRow(
                 name=r["release"],
@@ -241,6 +291,7 @@ class ReviewData:
                 current=bool(r["current"]),
                 page_path=r["page_path"],
                 approval=approval(r),
+                evidence=_evidence(listing, r["release"]),
             )
             for r in listing["releases"]
         )
@@ -248,7 +299,7 @@ class ReviewData:
             StepRow(
                 name=s["name"],
                 step=s["step"],
-                state=_state(s),
+                state=_state(s, canaries),
                 verdict=s.get("verdict") or "",
                 ask=s.get("ask"),
                 base=s.get("base"),
@@ -256,6 +307,7 @@ class ReviewData:
                 page_path=s["page_path"],
                 approval=approval(s),
                 executable=_executable(s) if s.get("pending") else (),
+                evidence=_evidence(listing, s["name"]),
             )
             for s in sorted(listing["steps"], key=lambda s: -s["step"])
         )
@@ -263,7 +315,7 @@ class ReviewData:
         tally.update(reader)
         oldest_first = [r.name for r in reversed(releases)]
         counts = tuple(sorted(reader.data.counts().items()))
-        return ScenarioView(name, releases, steps, counts, tally.means(oldest_first))
+        return ScenarioView(name, releases, steps, counts, tally.means(oldest_first), canary)
 
     def view(self, name: str) -> ScenarioView | None:
         with self._lock:
@@ -308,6 +360,7 @@ class ReviewData:
             diffs=tuple(diff_files(base_files, chain.tree_files(candidate.tree))),
             replay=_replay(record),
             held=_held(record),
+            in_use=in_use_lines(step.evidence) if step.evidence is not None else (),
         )
 
     def _release_detail(self, selection: Selection, view: ScenarioView, release: ReleaseRow) -> Detail:
@@ -334,6 +387,7 @@ class ReviewData:
             approval=release.approval,
             diffs=tuple(diff_files(base_files, files)),
             replay=_replay(record),
+            in_use=in_use_lines(release.evidence),
         )
 
 

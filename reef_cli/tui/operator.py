@@ -1,17 +1,20 @@
 """Who carries out what a person decides in the review TUI: the daemon, or nobody.
 
-Approving, rejecting and rolling back go through the daemon's routes, so its publish lock,
-its rebase of a stale candidate and its delivery of the new release stay in charge, exactly
-as for ``reef promote | reject | rollback``.  With no daemon the TUI still reads the
-repositories, and each operation says to start the daemon instead of writing behind its back.
+Approving, rejecting, rolling back and stopping or promoting a canary go through the daemon's
+routes, so its publish lock, its rebase of a stale candidate and its delivery of the new release
+stay in charge, exactly as for ``reef promote | reject | rollback | canary``.  The daemon is
+also the one to say how a running canary's test stands (it holds the sessions' tally).  With no
+daemon the TUI still reads the repositories, and each operation says to start the daemon
+instead of writing behind its back.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 from reef_core.client import DaemonUnavailable, ReefClient
+from reef_core.errors import ConflictError
 
 __all__ = ["DaemonOperator", "Operator", "ReadOnly"]
 
@@ -25,6 +28,12 @@ class Operator(Protocol):
     def reject(self, scenario: str, step: int) -> str: ...
 
     def rollback(self, scenario: str, release: str, *, expected: str | None) -> str: ...
+
+    def canary(self, scenario: str) -> dict[str, Any]: ...
+
+    def stop_canary(self, scenario: str) -> str: ...
+
+    def promote_canary(self, scenario: str) -> str: ...
 
     def page_url(self, page_path: str) -> str: ...
 
@@ -57,6 +66,22 @@ class DaemonOperator:
             result = self.client.rollback(scenario, release, expected=expected)
         return f"rolled back {scenario}: {result['release']} serves the content of {release} again"
 
+    def canary(self, scenario: str) -> dict[str, Any]:
+        with self._lock:
+            return self.client.canary(scenario)
+
+    def stop_canary(self, scenario: str) -> str:
+        with self._lock:
+            state = self.client.canary_stop(scenario, by=self.approver)["canary"]
+        return f"stopped canary {state['name']}: {state['base']} serves every new session of {scenario}"
+
+    def promote_canary(self, scenario: str) -> str:
+        with self._lock:
+            state = self.client.canary_promote(scenario, by=self.approver)["canary"]
+        if not state.get("release"):  # the chain moved under it: ended, and nothing published
+            raise ConflictError(f"canary {state['name']} was {state['state']}, not published: {state['why']}")
+        return f"promoted canary {state['name']}: {state['release']} now serves {scenario}"
+
     def page_url(self, page_path: str) -> str:
         return self.client.url + page_path
 
@@ -86,6 +111,15 @@ class ReadOnly:
 
     def rollback(self, scenario: str, release: str, *, expected: str | None) -> str:
         raise self._refuse("roll back")
+
+    def canary(self, scenario: str) -> dict[str, Any]:
+        raise self._refuse("see how a canary's test stands")
+
+    def stop_canary(self, scenario: str) -> str:
+        raise self._refuse("stop a canary")
+
+    def promote_canary(self, scenario: str) -> str:
+        raise self._refuse("promote a canary")
 
     def page_url(self, page_path: str) -> str:
         raise self._refuse("open release pages")

@@ -1,4 +1,4 @@
-"""The left-hand side: scenarios, their candidates and releases, with verdict badges.
+"""The left-hand side: scenarios, their canary, candidates and releases, with verdict badges.
 
 Attributes down, messages up: the app sets :attr:`ScenarioTree.views`; the tree posts
 :class:`ScenarioTree.Chosen` when the cursor lands on something.  A refresh rebuilds the tree
@@ -7,7 +7,8 @@ but keeps the cursor on the same item and leaves collapsed nodes collapsed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from rich.text import Text
 from textual.message import Message
@@ -15,6 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from reef_cli.tui.canary import is_running
 from reef_cli.tui.model import ReleaseRow, ScenarioView, Selection, StepRow
 
 __all__ = ["ScenarioTree", "badge"]
@@ -29,6 +31,14 @@ _BADGES = {
     "skipped": ("– skipped", "dim"),
     "current": ("● serving", "bold green"),
     "published": ("", ""),
+    # a canary (its row) and the candidate that is or was one (reef_core.learning.canary.ENDED)
+    "canary": ("◐ canary", "bold magenta"),
+    "running": ("◐ running", "bold magenta"),
+    "promoted": ("✓ promoted", "green"),
+    "retired": ("✗ retired", "red"),
+    "expired": ("– expired", "dim"),
+    "stopped": ("■ stopped", "yellow"),
+    "superseded": ("– superseded", "dim"),
 }
 
 
@@ -49,6 +59,16 @@ def _scenario_label(view: ScenarioView) -> Text:
     label.append(f"  {current.name}" if current else "  no release", style="green" if current else "dim")
     if view.pending:
         label.append(f"  {len(view.pending)} pending", style="yellow")
+    if is_running(view.canary):
+        label.append(f"  canary {view.canary['name']}", style="magenta")
+    return label
+
+
+def _canary_label(state: Mapping[str, Any]) -> Text:
+    label = Text(f"canary {state.get('name')} vs {state.get('base')}  ", style="italic")
+    label.append_text(badge(str(state.get("state"))))
+    if state.get("release"):
+        label.append(f" → {state['release']}", style="green")
     return label
 
 
@@ -72,7 +92,8 @@ def _release_label(release: ReleaseRow) -> Text:
 
 
 class ScenarioTree(Tree[Selection]):
-    """Scenarios → candidates (newest first) and releases (newest first)."""
+    """Scenarios → their canary (running, or the last), candidates (newest first) and releases
+    (newest first)."""
 
     views: reactive[tuple[ScenarioView, ...] | None] = reactive(None)
 
@@ -111,6 +132,8 @@ class ScenarioTree(Tree[Selection]):
             name = view.name
             add(self.root, _scenario_label(view), Selection(name, "scenario"), leaf=False)
             top = placed[Selection(name, "scenario")]
+            if view.canary is not None:  # named "canary", so the cursor stays on it as canaries come
+                add(top, _canary_label(view.canary), Selection(name, "canary", "canary"), leaf=True)
             candidates = Selection(name, "group", "candidates")
             label = Text(f"candidates ({len(view.steps)})", style="italic")
             add(top, label, candidates, leaf=not view.steps)

@@ -19,15 +19,20 @@
 | ``reef_routes``    | health, reports, scenarios, audit reads, sessions, status |
 | ``harness_routes`` | asks in, their progress, the served tree's manifest, step pages |
 | ``release_routes`` | the release chain and a person's operations on it |
+| ``canary_routes`` | the canary: its state, stop and promote, and which tree a new harness session gets |
 | ``install_routes`` | ``GET /reef/harness/install``: a POSIX sh script |
 | ``learners``       | the deployment's recipe, one learning worker per open scenario |
 | ``model_calls``    | the served model, lent to recipes through reef's upstream client |
 | ``syncing``        | the daemon and its scenarios' git remotes |
+| ``metrics``        | ``GET /metrics``: counters, latency histograms and gauges in Prometheus's format |
+| ``logs``           | log lines as text or JSON, each request's id, scenario and receipt in them |
+| ``tracing``        | OpenTelemetry traces, opt-in: a span per request and per learning step |
 
 Owns: HTTP routes, auth, the error → status table, streaming relay, recording exchanges.
 Does not own: formats (``wire``), the upstream connection (``upstream``), storage (``store``).
 Nothing imports it but entry points.
-May import: ``aiohttp`` and everything in ``reef_core``.
+May import: ``aiohttp``, ``prometheus_client``, ``opentelemetry`` (only with ``ops.otlp-endpoint``)
+and everything in ``reef_core``.
 """
 
 from reef_core.daemon.app import build_app, serve

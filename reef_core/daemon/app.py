@@ -13,6 +13,7 @@ from aiohttp import web
 
 from reef_core.config import Settings
 from reef_core.daemon import (
+    canary_routes,
     harness_routes,
     inference,
     install_routes,
@@ -26,13 +27,18 @@ from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
 from reef_core.daemon.learners import Learners
+from reef_core.daemon.logs import context_middleware
+from reef_core.daemon.metrics import METRICS, Metrics, metrics_middleware
+from reef_core.daemon.metrics import routes as metrics_routes
 from reef_core.daemon.model_calls import UpstreamModel
 from reef_core.daemon.parsing import MAX_JSON_DEPTH
 from reef_core.daemon.registry import LEARNER_QUIET_S, OpenScenarios
 from reef_core.daemon.reports import KeyedDesk, ReportDesk
+from reef_core.daemon.tracing import TRACING, Tracing, tracing_middleware
 from reef_core.errors import ConfigError
 from reef_core.hosts import is_loopback
 from reef_core.learning import RecipeContext
+from reef_core.learning.worker import StepOutcome
 from reef_core.store import Scenario, Store, StoreOptions
 from reef_core.upstream import UpstreamClient
 from reef_core.upstream.choice import engine_loader
@@ -100,10 +106,26 @@ def build_app(settings: Settings) -> web.Application:
             f"(got {storage.max_open_scenarios} and {storage.idle_close_s})",
             field="storage.max_open_scenarios" if storage.max_open_scenarios < 1 else "storage.idle_close_s",
         )
+    tracing = Tracing(settings.ops.otlp_endpoint)  # a ConfigError here when the SDK is missing
+    metrics = Metrics(
+        enabled=settings.ops.metrics,
+        scenario_label=settings.ops.metrics_scenario_label,
+        gauges=lambda: {
+            "reef_open_scenarios": float(len(daemon.scenarios.open_names)),
+            "reef_disk_full": 1.0 if daemon.scenarios.store.space.full else 0.0,
+            "reef_sync_lag_seconds": syncer.lag(),
+            "reef_writer_queue_depth": float(sum(s.queued for s in daemon.scenarios.open_scenarios())),
+        },
+    )
     store = Store(
         storage.state_dir,
         StoreOptions(
-            max_batch=storage.max_batch, pack_every=storage.pack_every, fsync=storage.fsync, node=storage.node
+            max_batch=storage.max_batch,
+            pack_every=storage.pack_every,
+            fsync=storage.fsync,
+            node=storage.node,
+            on_batch=metrics.batched,
+            on_repacked=metrics.repacked,
         ),
     )
     cache_dir = settings.inference.model_cache or storage.state_dir / "models"
@@ -116,10 +138,13 @@ def build_app(settings: Settings) -> web.Application:
         proposer_sandbox=settings.recipe.proposer_sandbox,
     )
     learners = Learners.from_settings(settings.recipe.name, settings.recipe.implementation, context)
-    if learners.recipe.needs_model_endpoint and not settings.inference.upstream_url:
+    # a recipe's model calls go to what serves: the upstream, or the model served in-process
+    if learners.recipe.needs_model_endpoint and not (
+        settings.inference.upstream_url or settings.inference.model_path
+    ):
         raise ConfigError(
-            f"the {learners.recipe.name} recipe needs a model endpoint: set --inference.upstream-url "
-            "(and --inference.upstream-model) or REEF_UPSTREAM_URL",
+            f"the {learners.recipe.name} recipe needs a model: set --inference.upstream-url "
+            "(and --inference.upstream-model) or REEF_UPSTREAM_URL, or serve one with --inference.model-path",
             field="inference.upstream_url",
         )
     daemon = Daemon(
@@ -143,13 +168,25 @@ def build_app(settings: Settings) -> web.Application:
     app = web.Application(
         client_max_size=settings.reef.max_body_bytes,
         middlewares=[
+            *([metrics_middleware(metrics)] if settings.ops.metrics else []),  # outermost: it
+            # counts the status the error table gave; the log context is there for its lines too
+            *([tracing_middleware(tracing)] if tracing.on else []),
+            context_middleware(access_lines=settings.ops.log_format == "json"),
             error_middleware,
             auth_middleware(settings.reef.tokens),
             admission_middleware(daemon.scenarios),  # near the file limit: wait, then 503
         ],
     )
     app[DAEMON] = daemon
-    syncer = app[syncing.SYNCING] = syncing.Syncing(daemon)
+    app[METRICS] = metrics
+    app[TRACING] = tracing
+    syncer = app[syncing.SYNCING] = syncing.Syncing(daemon, on_report=lambda r: metrics.synced(r.outcome))
+
+    def stepped(name: str, outcome: StepOutcome) -> None:
+        metrics.stepped(outcome.verdict, outcome.seconds)
+        tracing.step(name, outcome)
+
+    learners.on_outcome = stepped
 
     def on_open(scenario: Scenario) -> None:
         learners.attach(scenario)
@@ -162,8 +199,11 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(records_routes.routes)
     app.add_routes(release_routes.routes)
     app.add_routes(harness_routes.routes)
+    app.add_routes(canary_routes.routes)
     app.add_routes(install_routes.routes)
     app.add_routes(syncing.routes)
+    if settings.ops.metrics:
+        app.add_routes(metrics_routes)
 
     load_engine = engine_loader(settings, Path(cache_dir))  # None: the HTTP upstream answers
 
@@ -185,6 +225,7 @@ def build_app(settings: Settings) -> web.Application:
         await asyncio.to_thread(learners.stop)
         await daemon.upstream.close()
         await daemon.scenarios.close()  # writes everything queued before the locks go
+        await asyncio.to_thread(tracing.shutdown)  # the spans still queued go out
 
     if load_engine is not None:
         app.on_startup.append(start_local_model)

@@ -14,7 +14,7 @@ from reef_core.daemon.registry import OpenScenarios
 from reef_core.daemon.reports import KeyedDesk, ReportDesk
 from reef_core.upstream.seam import Answerer
 
-__all__ = ["DAEMON", "Daemon", "daemon_of"]
+__all__ = ["DAEMON", "Daemon", "daemon_of", "request_key"]
 
 
 @dataclass
@@ -37,3 +37,10 @@ DAEMON = web.AppKey("reef.daemon", Daemon)
 
 def daemon_of(request: web.Request) -> Daemon:
     return request.app[DAEMON]
+
+
+def request_key(name: str, kind: type) -> Any:
+    """A key for a value a middleware and a handler share on the request: aiohttp's
+    ``RequestKey`` where it has them (3.12 on), else the plain string older ones take."""
+    maker = getattr(web, "RequestKey", None)
+    return maker(name, kind) if maker is not None else name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -56,8 +57,12 @@ def status_of(error: ReefError) -> int:
     return error.status if isinstance(error, UpstreamRejected) else error.http_status
 
 
+_SCOPED = re.compile(r"^/s/[^/]*")  # the /s/<scenario> an inference route may sit under
+
+
 def _is_anthropic(request: web.Request) -> bool:
-    return request.path.startswith("/v1/messages")
+    """An Anthropic route (also under ``/s/<scenario>/``): its errors take Anthropic's shape."""
+    return _SCOPED.sub("", request.path, count=1).startswith("/v1/messages")
 
 
 def error_response(

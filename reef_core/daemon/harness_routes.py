@@ -32,6 +32,7 @@ from reef_core.daemon.parsing import json_body, scenario_header, scenario_of_rea
 from reef_core.errors import ConfigError, InvalidInput, NotFound
 from reef_core.ids import parse_item_id
 from reef_core.learning.recipe import Recipe
+from reef_core.release.evidence import step_evidence
 from reef_core.release.listing import release_listing
 from reef_core.release.pages import StepView, page_path, render_step_page, request_page_path
 from reef_core.store import Candidate, Release, ScenarioReader
@@ -344,6 +345,7 @@ def _render_page(reader: ScenarioReader, raw: str) -> str:
         release_name=published.name if published else None,
         base_files=chain.files(base) if base else {},
         files=chain.tree_files(candidate.tree),
+        evidence=step_evidence(reader, published.name if published else None, step),
     )
     return render_step_page(view)
 
@@ -362,5 +364,6 @@ def _release_only_page(reader: ScenarioReader, release: Release, releases: list[
         release_name=release.name,
         base_files=reader.releases.files(older) if older else {},
         files=reader.releases.files(release),
+        evidence=step_evidence(reader, release.name, None),
     )
     return render_step_page(view)

@@ -1,5 +1,7 @@
 """The inference routes: ``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``,
-``/v1/embeddings`` and their companions.
+``/v1/embeddings`` and their companions, each also under ``/s/<scenario>/`` (a client that can
+set only a base URL names its scenario there; the ``x-reef-scenario`` header beats the path,
+and the path beats ``reef.default-scenario``).
 
 Each exchange is forwarded to the configured upstream (translated when the client speaks
 another format than the upstream), answered, and recorded; the answer carries the receipt.
@@ -23,9 +25,12 @@ from reef_core import jsonio
 from reef_core.daemon.auth import presented_token
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
-from reef_core.daemon.parsing import json_body, scenario_header
+from reef_core.daemon.logs import REQUEST_ID_HEADER, note_receipt, request_id
+from reef_core.daemon.metrics import METRICS, note_upstream
+from reef_core.daemon.parsing import inference_scenario, json_body
 from reef_core.daemon.recording import Exchange, commit_record, verbatim
 from reef_core.daemon.relay import ResponsesRelay, StreamRelay, make_relay
+from reef_core.daemon.tracing import span, trace_id
 from reef_core.errors import (
     DiskFull,
     InvalidInput,
@@ -34,6 +39,8 @@ from reef_core.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
+from reef_core.learning.canary import canary_key
+from reef_core.sessions import request_messages, session_of
 from reef_core.store import Scenario
 from reef_core.upstream import AnswerStream, UpstreamClient
 from reef_core.upstream.client import UpstreamNotImplemented
@@ -82,9 +89,10 @@ def _capture(request: web.Request) -> bool:
 
 
 def _tags(request: web.Request) -> dict[str, str]:
-    """The client's ``x-reef-tag-<name>`` headers; Claude Code's own session header becomes the
-    ``session`` tag (unless the client sent one), so its records group by Claude Code's session
-    even when ``reef-claude`` tags them with its run too."""
+    """The client's ``x-reef-tag-<name>`` headers; a harness's own session header (Claude Code's
+    ``x-claude-code-session-id``, Codex's ``session-id``, opencode's ``x-session-id``) becomes the
+    ``session`` tag (unless the client sent one), so its records group by the harness's session
+    even when its launcher tags them with its run too."""
     prefix = "x-reef-tag-"
     tags = {
         name[len(prefix) :].lower(): value
@@ -94,11 +102,29 @@ def _tags(request: web.Request) -> dict[str, str]:
     claude = request.headers.get("x-claude-code-session-id")
     if claude:
         tags.setdefault("session", claude)
+    codex = request.headers.get("session-id")
+    if codex and _is_codex(request):
+        tags.setdefault("session", codex)
+    opencode = request.headers.get("x-session-id")
+    if opencode and _is_opencode(request):
+        tags.setdefault("session", opencode)
     return tags
 
 
+def _is_codex(request: web.Request) -> bool:
+    """Codex CLI sent it: reef's Codex provider names it, else Codex's own ``originator``."""
+    named = request.headers.get("x-reef-harness", "").strip().lower()
+    return named == "codex" or request.headers.get("originator", "").startswith("codex")
+
+
+def _is_opencode(request: web.Request) -> bool:
+    """opencode sent it: reef's opencode provider names it, else opencode's own user agent."""
+    named = request.headers.get("x-reef-harness", "").strip().lower()
+    return named == "opencode" or request.headers.get("user-agent", "").startswith("opencode/")
+
+
 #: the harnesses a record can name (``x-reef-harness``), as reef's adapters are called
-HARNESSES = ("pi", "claude_code")
+HARNESSES = ("pi", "claude_code", "codex", "opencode")
 
 
 def harness_of(request: web.Request) -> str:
@@ -117,6 +143,10 @@ def harness_of(request: web.Request) -> str:
     agent = request.headers.get("user-agent", "")
     if request.headers.get("x-claude-code-session-id") or agent.startswith("claude-cli/"):
         return "claude_code"
+    if _is_codex(request):
+        return "codex"
+    if _is_opencode(request):
+        return "opencode"
     return "unknown"
 
 
@@ -184,6 +214,7 @@ def _upstream_headers(
             headers["anthropic-beta"] = beta
     if stream:
         headers["Accept"] = "text/event-stream"
+    headers.update(settings.inference.upstream_headers)  # an operator's own: they win, and are never kept
     return headers
 
 
@@ -293,21 +324,25 @@ def _translate_answer(answer: Any, exchange: Exchange, body: dict[str, Any], res
 
 
 @routes.post("/v1/chat/completions")
+@routes.post("/s/{scenario}/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _inference(request, "chat.completions")
 
 
 @routes.post("/v1/messages")
+@routes.post("/s/{scenario}/v1/messages")
 async def messages(request: web.Request) -> web.StreamResponse:
     return await _inference(request, "messages")
 
 
 @routes.post("/v1/responses")
+@routes.post("/s/{scenario}/v1/responses")
 async def responses(request: web.Request) -> web.StreamResponse:
     return await _inference(request, "responses")
 
 
 @routes.post("/v1/embeddings")
+@routes.post("/s/{scenario}/v1/embeddings")
 async def embeddings(request: web.Request) -> web.StreamResponse:
     return await _inference(request, "embeddings")
 
@@ -322,11 +357,12 @@ async def _inference(request: web.Request, route: str) -> web.StreamResponse:
 
 
 async def _answer(request: web.Request, daemon: Daemon, route: str) -> web.StreamResponse:
-    name = scenario_header(request)
+    name = inference_scenario(request, daemon.settings.reef.default_scenario)
     capture = _capture(request)
-    raw, body = await json_body(request)
-    _validate(route, body, daemon)
-    leg = _leg(request, daemon, route, raw, body)  # what cannot be translated is refused here
+    with span(request, "parse"):
+        raw, body = await json_body(request)
+        _validate(route, body, daemon)
+        leg = _leg(request, daemon, route, raw, body)  # what cannot be translated is refused here
     if not capture:
         return await _exchange(request, daemon, route, name, raw, body, leg, None)
     async with daemon.scenarios.use(name) as scenario:  # kept open until the record is written
@@ -344,6 +380,14 @@ async def _exchange(
     scenario: Scenario | None,
 ) -> web.StreamResponse:
     release = scenario.releases.tip() if scenario is not None else None
+    served = release.name if release else None
+    tags = _tags(request)
+    key = name  # the engine key whose weights answer: the scenario's, or its canary's
+    canary = daemon.learners.canary(name) if scenario is not None else None
+    if canary is not None and canary.running is not None and canary.running["kind"] == "weights":
+        arm = canary.arm(session_of({"tags": tags}), opens=not _answered({"route": route, "request": body}))
+        if arm is not None and arm[0] == "canary":
+            key, served = canary_key(name), arm[1]
     client_format = _CLIENT_FORMATS[route]
     stream = bool(body.get("stream")) and route != "embeddings"
     exchange = Exchange(
@@ -354,25 +398,29 @@ async def _exchange(
         request_bytes=len(raw),
         request_raw=verbatim(raw),
         stream=stream,
-        tags=_tags(request),
+        tags=tags,
         harness=harness_of(request),
-        release=release.name if release else None,
+        release=served,
         upstream_model=daemon.settings.inference.upstream_model,
+        trace_id=trace_id(request),
     )
     headers = _upstream_headers(request, daemon, client_format, stream)
-    response_headers = {RELEASE_HEADER: release.name} if release else {}
+    response_headers = {RELEASE_HEADER: served} if served else {}
     # the id of a Response made here (translated); a forwarded one keeps the upstream's
     response_id = f"resp_{uuid.uuid4().hex}" if client_format == "responses" else ""
+    asked = time.perf_counter()  # the upstream's time, for /metrics: to the answer's last byte
     while True:
         try:
             if stream:
-                opened = await daemon.upstream.stream(
-                    leg.path, headers=headers, body=leg.body, query=leg.query, scenario=name
-                )
+                with span(request, "upstream connect"):
+                    opened = await daemon.upstream.stream(
+                        leg.path, headers=headers, body=leg.body, query=leg.query, scenario=key
+                    )
             else:
-                reply = await daemon.upstream.request(
-                    "POST", leg.path, headers=headers, body=leg.body, query=leg.query, scenario=name
-                )
+                with span(request, "upstream"):
+                    reply = await daemon.upstream.request(
+                        "POST", leg.path, headers=headers, body=leg.body, query=leg.query, scenario=key
+                    )
         except UpstreamError as exc:
             if _lacks_responses(daemon, leg, exc):
                 leg = _leg(request, daemon, route, raw, body, as_chat=True)
@@ -387,21 +435,26 @@ async def _exchange(
             relay = ResponsesRelay(leg.speaks, body, response_id=response_id, created_at=int(time.time()))
         else:
             relay = make_relay(client_format, leg.speaks, exchange.model or "")
-        return await _stream(request, daemon, scenario, exchange, opened, relay, response_headers)
+        return await _stream(request, daemon, scenario, exchange, opened, relay, response_headers, asked)
+    note_upstream(request, time.perf_counter() - asked)
     exchange.mark_first_byte()
     exchange.status = reply.status
     exchange.tokens = reply.extras
-    try:
-        answer: Any = jsonio.loads(reply.body)
-    except ValueError:
-        answer = reply.body.decode("utf-8", "replace")
-    client_answer = _translate_answer(answer, exchange, body, response_id)
+    with span(request, "relay"):
+        try:
+            answer: Any = jsonio.loads(reply.body)
+        except ValueError:
+            answer = reply.body.decode("utf-8", "replace")
+        client_answer = _translate_answer(answer, exchange, body, response_id)
     exchange.response = client_answer
     exchange.complete = True
     if scenario is not None:
-        response_headers[RECEIPT_HEADER] = await commit_record(
-            scenario, exchange, alone=daemon.inference_in_flight == 1
-        )
+        with span(request, "record"):
+            response_headers[RECEIPT_HEADER] = await commit_record(
+                scenario, exchange, alone=daemon.inference_in_flight == 1
+            )
+        request.app[METRICS].recorded(scenario.name)
+        note_receipt(response_headers[RECEIPT_HEADER])
     if client_answer is answer:
         return web.Response(
             body=reply.body,
@@ -410,6 +463,11 @@ async def _exchange(
             content_type=reply.content_type.split(";")[0] or "application/json",
         )
     return web.json_response(client_answer, status=reply.status, headers=response_headers)
+
+
+def _answered(record: dict[str, Any]) -> bool:
+    """The request already holds an answer of the model: its session began earlier."""
+    return any(m.source == "assistant" for m in request_messages(record))
 
 
 async def _record_failure(scenario: Scenario | None, exchange: Exchange, error: UpstreamError) -> None:
@@ -445,6 +503,7 @@ async def _stream(
     upstream: AnswerStream,
     relay: StreamRelay | ResponsesRelay,
     response_headers: dict[str, str],
+    asked: float,
 ) -> web.StreamResponse:
     exchange.status = upstream.status
     exchange.tokens = upstream.extras
@@ -453,11 +512,14 @@ async def _stream(
         headers={
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
+            REQUEST_ID_HEADER: request_id(),
             **response_headers,
         },
     )
     client_gone = False
     flush = None
+    relaying = span(request, "relay")  # the chunks read from the upstream and relayed as they come
+    relaying.__enter__()
     try:
         writer = await response.prepare(request)
         flush = asyncio.get_running_loop().call_later(_HEADERS_WAIT_S, _send_headers, writer)
@@ -488,6 +550,8 @@ async def _stream(
         if flush is not None:
             flush.cancel()
         upstream.close()
+        note_upstream(request, time.perf_counter() - asked)
+        relaying.__exit__(None, None, None)
     exchange.complete = relay.complete and exchange.error is None
     try:
         exchange.response = relay.assembled()
@@ -501,7 +565,11 @@ async def _stream(
         )
     alone = daemon.inference_in_flight == 1
     try:
-        receipt = await commit_record(scenario, exchange, alone=alone) if scenario is not None else None
+        with span(request, "record"):
+            receipt = await commit_record(scenario, exchange, alone=alone) if scenario is not None else None
+        if scenario is not None and receipt is not None:
+            request.app[METRICS].recorded(scenario.name)
+            note_receipt(receipt)
     except DiskFull as exc:  # the answer went out whole, but it could not be recorded: say so
         receipt = None
         exchange.complete, exchange.error = False, exc.message
@@ -518,6 +586,7 @@ async def _stream(
 
 
 @routes.post("/v1/messages/count_tokens")
+@routes.post("/s/{scenario}/v1/messages/count_tokens")
 async def count_tokens(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     raw, body = await json_body(request)
@@ -534,6 +603,7 @@ async def count_tokens(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/models")
+@routes.get("/s/{scenario}/v1/models")
 async def models(request: web.Request) -> web.Response:
     daemon = daemon_of(request)
     client_format = "anthropic" if "anthropic-version" in request.headers else "openai"

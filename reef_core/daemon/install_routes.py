@@ -28,10 +28,10 @@ from aiohttp import web
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.parsing import scenario_of_read
 from reef_core.errors import InvalidInput, NotFound
-from reef_core.harness.render import InstallPlan, Target, installer_for
+from reef_core.harness.render import Installer, InstallPlan, Target, installer_for
 from reef_core.harness.tree import HarnessTree
 
-__all__ = ["routes"]
+__all__ = ["installer_of", "routes"]
 
 routes = web.RouteTableDef()
 
@@ -61,13 +61,18 @@ def _note_install(daemon: Daemon, name: str, adapter: str) -> None:
     store.note_install(name, adapter)
 
 
-@routes.get("/reef/harness/install")
-async def install(request: web.Request) -> web.Response:
-    daemon = daemon_of(request)
+def installer_of(request: web.Request) -> Installer:
+    """The installer of the harness ``?adapter=`` names (a 400 naming the problem otherwise)."""
     adapter = request.query.get("adapter")
     if not adapter:
         raise InvalidInput("name the harness: ?adapter=pi", field="adapter")
-    installer = installer_for(adapter)
+    return installer_for(adapter)
+
+
+@routes.get("/reef/harness/install")
+async def install(request: web.Request) -> web.Response:
+    daemon = daemon_of(request)
+    installer = installer_of(request)
     name = scenario_of_read(request)
     wanted = request.query.get("release") or None
     if wanted is not None and not (wanted[:1] == "v" and wanted[1:].isdigit()):
@@ -92,6 +97,6 @@ async def install(request: web.Request) -> web.Response:
         token_required=bool(settings.reef.tokens),
     )
     script = await asyncio.to_thread(installer.script, plan)
-    await asyncio.to_thread(_note_install, daemon, name, adapter)  # only once the script is made
+    await asyncio.to_thread(_note_install, daemon, name, installer.adapter)  # only once the script is made
     headers = {"x-reef-release-id": release} if release else {}
     return web.Response(text=script, content_type="text/x-shellscript", headers=headers)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from reef_core.learning import Budgets, LearningWorker, RecipeContext, load_recipe
+from reef_core.learning.canary import CanaryWatch, plan_from_config
 from reef_core.learning.recipe import BasicRecipe, Recipe
+from reef_core.learning.worker import StepOutcome
 from reef_core.store import Release, Scenario
 
 __all__ = ["Learners"]
@@ -20,7 +23,10 @@ class Learners:
         self.context = context
         self.budgets = Budgets.from_config(context.config)
         recipe.check_config(context.config)  # a bad setting stops the start, naming it
+        plan_from_config(context.config)
         self.workers: dict[str, LearningWorker] = {}
+        #: told of every settled step (``/metrics``): the scenario's name, and the outcome
+        self.on_outcome: Callable[[str, StepOutcome], None] | None = None
         self.tickets: dict[str, set[str]] = {}  # learn tickets handed out, per scenario
 
     @classmethod
@@ -34,7 +40,14 @@ class Learners:
     def attach(self, scenario: Scenario) -> None:
         if scenario.name in self.workers or not self.learns:
             return
-        worker = LearningWorker(scenario, self.recipe(self.context), self.budgets)
+        told = self.on_outcome
+        name = scenario.name
+        worker = LearningWorker(
+            scenario,
+            self.recipe(self.context),
+            self.budgets,
+            on_outcome=None if told is None else lambda outcome: told(name, outcome),
+        )
         self.workers[scenario.name] = worker.start()
 
     def notify(self, name: str) -> None:
@@ -46,6 +59,11 @@ class Learners:
         worker = self.workers.get(name)
         if worker is not None:
             worker.deliver(release)
+
+    def canary(self, name: str) -> CanaryWatch | None:
+        """``name``'s canary (running or ended), once its worker started; None without one."""
+        worker = self.workers.get(name)
+        return None if worker is None else worker.canary
 
     def learn_now(self, name: str) -> str:
         """A learning step now on ``name``'s worker (a usage step, for reefine); its ticket."""
@@ -94,6 +112,8 @@ class Learners:
         worker = self.workers.get(name)
         if worker is None:
             return True
+        if worker.canary is not None and worker.canary.running is not None:
+            return False  # a canary is served from memory and decided by this worker
         return worker.recipe.detachable and worker.state == "idle" and worker.idle_for() >= quiet_s
 
     def detach(self, name: str) -> None:

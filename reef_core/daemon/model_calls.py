@@ -113,6 +113,7 @@ class UpstreamModel(ModelCaller):
                 headers["x-api-key"] = key
         elif key:
             headers["Authorization"] = f"Bearer {key}"
+        headers.update(self.daemon.settings.inference.upstream_headers)
         reply = await self.daemon.upstream.request(
             "POST", _PATHS[upstream_format], headers=headers, body=json.dumps(body).encode()
         )

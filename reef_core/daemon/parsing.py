@@ -10,7 +10,14 @@ from reef_core import jsonio
 from reef_core.errors import InvalidInput, PayloadTooLarge
 from reef_core.ids import validate_scenario_name
 
-__all__ = ["MAX_JSON_DEPTH", "json_body", "known_fields", "scenario_header", "scenario_of_read"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "inference_scenario",
+    "json_body",
+    "known_fields",
+    "scenario_header",
+    "scenario_of_read",
+]
 
 
 #: the nesting limit of JSON bodies (``reef.max-json-depth``), set by ``build_app``
@@ -22,6 +29,24 @@ def scenario_header(request: web.Request) -> str:
     if not raw:
         raise InvalidInput("the x-reef-scenario header is required", field="x-reef-scenario")
     return validate_scenario_name(raw, field="x-reef-scenario")
+
+
+def inference_scenario(request: web.Request, default: str | None) -> str:
+    """The scenario of an inference request: the ``x-reef-scenario`` header, else the
+    ``/s/<scenario>/`` its URL starts with (a client that can set only a base URL), else
+    ``default`` (``reef.default-scenario``).  The header beats the path, the path the default."""
+    if request.headers.get("x-reef-scenario", "").strip():
+        return scenario_header(request)
+    named = request.match_info.get("scenario")
+    if named is not None:
+        return validate_scenario_name(named, field="scenario")
+    if default:
+        return default
+    raise InvalidInput(
+        "name the scenario: the x-reef-scenario header, a base URL with /s/<scenario> in it "
+        "(http://127.0.0.1:8900/s/myproject/v1), or reef.default-scenario",
+        field="x-reef-scenario",
+    )
 
 
 def scenario_of_read(request: web.Request) -> str:

@@ -44,6 +44,7 @@ class Exchange:
     #: the request's bytes as the client sent them, when they can go into the record as they
     #: are (:func:`verbatim`); else the record holds ``request`` serialised again
     request_raw: bytes | None = None
+    trace_id: str | None = None  # the request's trace, when traces are on (ops.otlp-endpoint)
 
     @property
     def model(self) -> str | None:
@@ -73,6 +74,7 @@ class Exchange:
             "request": self.request if self.request_raw is None else RawJSON(self.request_raw),
             "response": self.response,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
+            **({"trace_id": self.trace_id} if self.trace_id is not None else {}),
         }
 
     def summary(self, total_ms: float) -> str:

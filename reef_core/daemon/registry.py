@@ -364,6 +364,10 @@ class OpenScenarios:
     def open_names(self) -> list[str]:
         return list(self._open)
 
+    def open_scenarios(self) -> list[Scenario]:
+        """The scenarios open now (a scrape's view: one may close right after)."""
+        return [entry.scenario for entry in list(self._open.values())]
+
     def reader(self, name: str) -> ScenarioReader:
         """For reads: the open scenario when this daemon has it, else a lock-free reader."""
         validate_scenario_name(name)

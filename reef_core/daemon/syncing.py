@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,19 @@ routes = web.RouteTableDef()
 class Syncing:
     """Remotes of the daemon's open scenarios: the publisher each gets, the interval loop."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Daemon, on_report: Callable[[SyncReport], None] | None = None) -> None:
         self.daemon = daemon
+        self.on_report = on_report  # told of every sync of one remote (``/metrics``)
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
+        self._last_ok: dict[str, float] = {}  # scenario -> wall time its last sync ended ok
+
+    def lag(self) -> float:
+        """Seconds since the open scenario that synced ``ok`` longest ago did (0: none yet)."""
+        now = time.time()
+        open_names = set(self.daemon.scenarios.open_names)
+        ages = [now - at for name, at in self._last_ok.items() if name in open_names]
+        return max(ages, default=0.0)
 
     @property
     def timeout(self) -> float:
@@ -80,6 +90,10 @@ class Syncing:
                     if report.error:
                         log.warning("%s: sync with %s: %s", name, each, report.error)
                     reports.append(report)
+                    if report.outcome == "ok":
+                        self._last_ok[name] = time.time()
+                    if self.on_report is not None:
+                        self.on_report(report)
             return reports
 
     def start(self) -> None:

@@ -35,6 +35,8 @@ __all__ = [
 HEALTH_CHECKS: dict[str, str] = {
     "pi": "adapters.pi.health:PiHealth",
     "claude_code": "adapters.claude_code.health:ClaudeCodeHealth",
+    "codex": "adapters.codex.health:CodexHealth",
+    "opencode": "adapters.opencode.health:OpencodeHealth",
 }
 #: the task a health run gives the harness unless told otherwise
 HEALTH_TASK = "Reply with the single word READY."

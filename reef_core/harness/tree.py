@@ -29,6 +29,7 @@ __all__ = [
     "MANIFEST_PATH",
     "MAX_ENTRIES",
     "MAX_ENTRY_BYTES",
+    "NAME_PATTERN",
     "OPS",
     "REEF_OWNED_CONFIG_KEYS",
     "Change",
@@ -65,20 +66,38 @@ REEF_OWNED_CONFIG_KEYS = (
 #: config keys that run a program, let one run unasked or redirect traffic: changing one needs a
 #: person's approval, like extension code (``env``, ``hooks``, ``permissions`` and ``statusLine``
 #: are Claude Code's: a hook or status line is a command, a permission lets the model run one
-#: without asking, a variable can load code such as ``NODE_OPTIONS``; the rest are pi settings)
+#: without asking, a variable can load code such as ``NODE_OPTIONS``; ``approval_policy``,
+#: ``mcp_servers``, ``notify``, ``sandbox_mode`` and ``shell_environment_policy`` are Codex's, for
+#: the same reasons; ``experimental``, ``formatter``, ``lsp``, ``mcp``, ``permission``, ``plugin``
+#: and ``tools`` are opencode's: they start programs, load code or let the model run tools
+#: unasked; the rest are pi settings)
 APPROVAL_CONFIG_KEYS = (
+    "approval_policy",
     "env",
+    "experimental",
     "externalEditor",
+    "formatter",
     "hooks",
     "httpProxy",
+    "lsp",
+    "mcp",
+    "mcp_servers",
+    "notify",
     "npmCommand",
+    "permission",
     "permissions",
+    "plugin",
+    "sandbox_mode",
     "shellCommandPrefix",
     "shellPath",
+    "shell_environment_policy",
     "statusLine",
+    "tools",
 )
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+#: an entry's name (a JSON schema ``pattern`` too: reefine's proposer is held to it)
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
 _RESERVED_PREFIX = "reef"
 #: kind -> (path prefix, path suffix); the name sits between them
 _LAYOUT: dict[str, tuple[str, str]] = {

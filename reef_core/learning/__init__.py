@@ -6,9 +6,11 @@
 | ``loader`` | finding a recipe by name (``basic``, ``grpo``, ``reefine``) or ``package.module:Class`` |
 | ``worker`` | one background worker per scenario: batch → candidate → checks → release, within budgets |
 | ``model``  | how a recipe talks to the served model: one synchronous call, unrecorded |
+| ``canary`` | canary releases: arms, sticky assignment, the sessions' tally, promote and retire |
 
 Does not own: what any recipe learns (``recipes/``), the HTTP surface (``daemon``).
-May import: ``reef_core.store``, ``reef_core.config``, ``reef_core.errors``.
+May import: ``reef_core.store``, ``reef_core.config``, ``reef_core.errors``, ``reef_core.sessions``
+(what a session is), ``reef_core.release`` (the canary's sequential test).
 """
 
 from reef_core.learning.loader import load_recipe

@@ -110,6 +110,17 @@ class Recipe(ABC):
     def deliver(self, scenario: Scenario, release: Release) -> None:  # noqa: B027 - optional hook
         """Make ``release`` the one served."""
 
+    #: how a canary of this recipe's candidates reaches its sessions: ``harness`` (the launcher
+    #: renders the candidate's tree) or ``weights`` (the daemon serves it, :meth:`serve_canary`)
+    canary_kind: ClassVar[str] = "harness"
+
+    def serve_canary(self, scenario: Scenario, canary: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Serve the canary's candidate (``canary["tree"]``) to its sessions, under the engine key
+        :func:`reef_core.learning.canary.canary_key` names (weights recipes)."""
+
+    def drop_canary(self, scenario: Scenario, canary: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """The canary ended: stop serving its candidate."""
+
     def rejected(self, scenario: Scenario, candidate: Candidate) -> None:  # noqa: B027 - optional hook
         """The checks turned ``candidate`` down; nothing was published."""
 

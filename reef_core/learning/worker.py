@@ -17,13 +17,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reef_core.errors import ConflictError
+from reef_core.learning.canary import SETTINGS as CANARY_SETTINGS
+from reef_core.learning.canary import CanaryWatch, plan_from_config
 from reef_core.learning.recipe import Batch, Candidate, CheckResult, Recipe
 from reef_core.store import Release, Scenario, build_tree
 
-__all__ = ["Budgets", "LearningWorker", "StepOutcome"]
+__all__ = ["WORKER_SETTINGS", "Budgets", "LearningWorker", "StepOutcome"]
 
 log = logging.getLogger(__name__)
 
+#: the ``recipe.config`` keys the worker reads (its budgets, and the canary's), not the recipe:
+#: every recipe accepts them
+WORKER_SETTINGS = frozenset({"max_steps", "failure_streak", "step_seconds", "poll_seconds"}) | CANARY_SETTINGS
 _CONFLICT_RETRIES = 2  # a step whose base moved is rebuilt and checked again at most this often
 
 
@@ -51,7 +56,7 @@ class Budgets:
 @dataclass(frozen=True)
 class StepOutcome:
     step: int
-    verdict: str  # "selected", "pending", "rejected: …", "skipped: …"
+    verdict: str  # "selected", "pending", "canary", "rejected: …", "skipped: …"
     release: Release | None
     checks: tuple[CheckResult, ...]
     seconds: float
@@ -83,6 +88,8 @@ class LearningWorker:
         self._stop = threading.Event()
         self._active_at = time.monotonic()  # the last notify, or the end of the last step
         self._delivery = threading.Lock()  # a step and a rollback never deliver at once
+        #: the scenario's canary (:mod:`reef_core.learning.canary`), once the recipe attached
+        self.canary: CanaryWatch | None = None
         self._thread = threading.Thread(target=self._run, name=f"reef-learner:{scenario.name}", daemon=True)
 
     def start(self) -> LearningWorker:
@@ -117,6 +124,18 @@ class LearningWorker:
             self.state = f"stopped: the recipe could not start: {exc}"
             log.exception("recipe %s failed to attach to %s", self.recipe.name, self.scenario.name)
             return
+        try:
+            self.canary = CanaryWatch(
+                self.scenario,
+                plan_from_config(self.recipe.context.config),
+                publish=self._publish_canary,
+                serve=lambda state: self.recipe.serve_canary(self.scenario, state),
+                drop=lambda state: self.recipe.drop_canary(self.scenario, state),
+            )
+        except Exception as exc:
+            self.state = f"stopped: the canary could not resume: {exc}"
+            log.exception("the canary of %s could not resume", self.scenario.name)
+            return
         self.state = "idle"
         while not self._stop.is_set():
             if self.budgets.max_steps is not None and self.steps >= self.budgets.max_steps:
@@ -129,6 +148,15 @@ class LearningWorker:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if self.canary.running is not None:
+                self.state = f"canary {self.canary.running['name']}"
+                try:
+                    self.canary.decide_now()  # the next candidate waits until the canary ends
+                except Exception:
+                    log.exception("the canary of %s could not be decided", self.scenario.name)
+                if self.canary.running is not None:
+                    continue
+                self.state = "idle"
             try:
                 batch = self.recipe.next_batch(self.scenario)
             except Exception:
@@ -182,8 +210,7 @@ class LearningWorker:
             )
             release, step = settled.release, settled.step
             if settled.rebased is None or candidate is None:
-                if settled.conflict:
-                    verdict = settled.verdict
+                verdict = settled.verdict  # what storing it made of it: a conflict, a canary
                 break
             # the chain moved under the step: the same change, rebuilt on the new tip, checked again
             base = settled.new_base
@@ -194,7 +221,7 @@ class LearningWorker:
         seconds = time.perf_counter() - started
         outcome = StepOutcome(self.steps + 1, verdict, release, tuple(checks), seconds, candidate_step=step)
         self.steps += 1
-        self.streak = 0 if verdict in ("selected", "pending") else self.streak + 1
+        self.streak = 0 if verdict in ("selected", "pending", "canary") else self.streak + 1
         self.outcomes = [*self.outcomes[-99:], outcome]
         self._settled(batch, outcome)
         self._active_at = time.monotonic()
@@ -289,9 +316,21 @@ class LearningWorker:
                 if rebased is None:
                     self.recipe.rejected(self.scenario, candidate)
                 return _Settled(None, stored.step, verdict, conflict=True, rebased=rebased, new_base=tip)
+            if verdict == "selected" and base is not None and self.canary and self.canary.plan:
+                verdict = "canary"  # serves a share of new sessions first; their scores decide
             stored = chain.create_candidate(
                 tree, base=base, verdict=verdict, ask=ask, record={**record, "verdict": verdict}
             )
+            if candidate is not None and verdict == "canary" and base is not None and self.canary:
+                self.canary.start(
+                    stored.step,
+                    tree=str(candidate.tree),
+                    base=base,
+                    operation=candidate.operation,
+                    ask=candidate.ask,
+                    kind=self.recipe.canary_kind,
+                )
+                return _Settled(None, stored.step, verdict)
             if candidate is None or verdict not in ("selected", "pending"):
                 if candidate is not None:
                     self.recipe.rejected(self.scenario, candidate)
@@ -321,6 +360,21 @@ class LearningWorker:
         with self._delivery:
             self.recipe.deliver(self.scenario, release)
         return _Settled(release, stored.step, verdict)
+
+    def _publish_canary(self, state: dict[str, Any]) -> Release:
+        """Publish a canary that is promoted: on the base it was tested against, or not at all."""
+        with self.scenario.publish_lock:
+            release = self.scenario.releases.publish(
+                state["tree"],
+                expected=state["base_commit"],
+                operation=state["operation"],
+                ask=state.get("ask"),
+                verdict=f"canary: {state['why']}",
+                source=f"candidate {state['step']}",
+            )
+        with self._delivery:
+            self.recipe.deliver(self.scenario, release)
+        return release
 
     def _rebase(self, record: dict[str, Any], tip: Release) -> tuple[str | None, str]:
         """The change rebuilt on ``tip`` (None: it cannot be), and why not when the recipe said

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reef_core.harness.tree import HarnessTree, TreeError, approval_changes
+from reef_core.release.evidence import Evidence, scenario_evidence
 from reef_core.release.pages import page_path
 from reef_core.store import Candidate, Release, ReleaseChain, ScenarioReader, step_name
 from reef_core.store.remotes import list_remotes
@@ -90,6 +91,10 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
     does the step it came from; a pending step lists the files it adds or changes that run code
     (``executable``), which is what a person approves.  Page links carry a page key when
     ``tokens`` are given (a daemon with auth on).
+
+    Each release row has its live ``evidence`` (:mod:`reef_core.release.evidence`), and the
+    top-level ``evidence`` maps every release, newest first, then every other name that served
+    records (a canary candidate ``cN``), to the same.
     """
     name = reader.name
     chain = reader.releases
@@ -97,6 +102,7 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
     candidates: dict[int, Candidate] = {c.step: c for c in chain.candidates()}
     published: dict[int, Release] = {}
     by_commit: dict[str, Release] = {}
+    evidence = scenario_evidence(reader)
     rows = []
     for release in chain:
         by_commit[release.commit] = release
@@ -120,6 +126,7 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
                 "current": current is not None and release.commit == current.commit,
                 "metrics": _metrics(record),
                 "page_path": page_path(name, release.name, tokens),
+                "evidence": evidence.get(release.name, Evidence(release.name)).to_json(),
             }
         )
     pending, rejected = set(chain.pending()), set(chain.rejected())
@@ -144,7 +151,16 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
                 "page_path": page_path(name, c.step, tokens),
             }
         )
-    return {"scenario": name, "releases": rows, "steps": steps}
+    shown = {row["release"]: row["evidence"] for row in rows}
+    for other in sorted(set(evidence) - set(shown), key=_newest_first):
+        shown[other] = evidence[other].to_json()
+    return {"scenario": name, "releases": rows, "steps": steps, "evidence": shown}
+
+
+def _newest_first(name: str) -> tuple[str, int]:
+    """Candidates newest first (``c7`` before ``c3``), then any other name."""
+    number = int(name[1:]) if name[1:].isdigit() else 0
+    return (name[:1] if number else name, -number)
 
 
 def scenario_summary(reader: ScenarioReader) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The page of one step: why (the ask), what changed (the diff), the verdicts, how to use it.
+"""The page of one step: why (the ask), how it does in use, what changed (the diff), the
+verdicts, how to use it.
 
 A self-contained HTML document (inline CSS, no scripts, nothing fetched), so it opens from a
 link in a terminal, a browser without network, or a saved file.  Links to pages carry a page
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from reef_core.harness.diff import diff_files
+from reef_core.release.evidence import Evidence, Scores
 
 __all__ = ["StepView", "page_key", "page_path", "render_step_page", "request_page_path"]
 
@@ -54,6 +56,8 @@ class StepView:
     release_name: str | None  # the release it became, if any
     base_files: Mapping[str, bytes]
     files: Mapping[str, bytes]
+    #: how the release it became (and the candidate, as a canary) did in use (``step_evidence``)
+    evidence: tuple[Evidence, ...] = ()
 
 
 _CSS = """
@@ -168,6 +172,45 @@ def _learned_html(record: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _number(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _scores_cell(scores: Scores) -> str:
+    if not scores.count:
+        return "–"
+    interval = scores.interval
+    spread = f" [{interval.low:.2f}, {interval.high:.2f}]" if interval is not None else ""
+    return f"{scores.mean:.2f}{spread} <small>({scores.count} sessions)</small>"
+
+
+def _in_use_html(view: StepView) -> str:
+    """Live evidence: what it served and how that went (``reef_core.release.evidence``)."""
+    if not view.evidence:
+        return ""
+    rows = []
+    for e in view.evidence:
+        rate = e.error_rate
+        interval = e.error_interval
+        errors = "–" if rate is None else f"{e.errors} of {e.requests} ({100 * rate:.1f}%"
+        if interval is not None:
+            errors += f", 95% {100 * interval.low:.1f}–{100 * interval.high:.1f}%"
+        errors += ")" if rate is not None else ""
+        latency = f"{_number(e.p50_ms, 0)} / {_number(e.p95_ms, 0)}"
+        rows.append(
+            f"<tr><td>{_e(e.release)}</td><td>{e.sessions}</td><td>{e.requests}</td>"
+            f"<td>{_scores_cell(e.person)}</td><td>{_scores_cell(e.judge)}</td><td>{_e(latency)}</td>"
+            f"<td>{e.tokens_in} / {e.tokens_out}</td><td>{_e(errors)}</td></tr>"
+        )
+    return (
+        "<h2>In use</h2><table><tr><th>served by</th><th>sessions</th><th>requests</th>"
+        "<th>person's score</th><th>judge's score</th><th>upstream p50 / p95 ms</th>"
+        f"<th>tokens in / out</th><th>errors</th></tr>{''.join(rows)}</table>"
+        "<p><small>Scores: the mean over sessions of each session's mean score, with its 95% "
+        "interval (Student's t); errors with Wilson's interval.</small></p>"
+    )
+
+
 def _usage_html(view: StepView) -> str:
     s = _e(view.scenario)
     if view.status == "selected" and view.release_name:
@@ -212,6 +255,7 @@ def render_step_page(view: StepView) -> str:
 <body>
 <h1>{_e(view.scenario)}: step {view.step} <span class="badge {_e(badge_class)}">{_e(view.status)}</span></h1>
 <p>Built on {_e(view.base_name or "an empty harness")}{became}. Verdict: {_e(view.verdict)}</p>
+{_in_use_html(view)}
 <h2>Why: {"what the sessions taught" if record.get("learned_from") == "usage" else "the ask"}</h2>
 <blockquote>{_e(view.ask or "(no ask: this step learned from records)")}</blockquote>
 {_learned_html(record)}

@@ -24,6 +24,7 @@
 | ``lineage``     | what a sync compares: commits one tip has that another lacks, tags, refs |
 | ``sync_state``  | a sync's report, each remote's last sync (``reef-sync/``), what is unpushed |
 | ``clone``       | a new node joining: a scenario made from a git remote, synced once |
+| ``canary``      | a scenario's canary as git keeps it: one JSON state per commit on ``refs/reef/canary`` |
 
 Owns: scenario repositories, the data refs (records, reports, asks; one per node), the release chain,
 candidates and pending releases, LFS objects, crash recovery and packing, which harness adapters

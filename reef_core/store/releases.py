@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,7 +32,15 @@ import pygit2
 
 from reef_core.errors import ConflictError, InvalidInput, NotFound, StoreError
 from reef_core.store.data import parse_trailers
-from reef_core.store.repo import RepoHandle, commit_at, create_ref_exclusive, read_ref, signature, tree_at
+from reef_core.store.repo import (
+    RepoHandle,
+    commit_at,
+    create_ref_exclusive,
+    read_ref,
+    signature,
+    swap_ref,
+    tree_at,
+)
 from reef_core.store.trees import iter_files
 
 __all__ = [
@@ -56,7 +63,6 @@ REJECTED_PREFIX = "refs/reef/rejected/"
 SUPERSEDED_PREFIX = "refs/reef/superseded/"  # releases of this node a remote's chain replaced
 OPERATIONS = ("creation", "evolve", "learn", "training", "rollback", "promote")
 
-_LOCK_WAIT_S = 2.0
 _MAX_APPROVER = 200
 
 
@@ -158,10 +164,6 @@ def _stamp(repo_path: Path, name: str) -> tuple[int, ...]:
             continue
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return ()
-
-
-def _is_lock_error(exc: BaseException) -> bool:
-    return "lock" in str(exc).lower()
 
 
 class ReleaseChain:
@@ -332,25 +334,7 @@ class ReleaseChain:
 
     def _swap(self, name: str, expected: str | None, new: pygit2.Oid, *, message: str) -> None:
         """Move ``name`` from ``expected`` to ``new``, or raise ConflictError."""
-        repo = self._repo
-        deadline = time.monotonic() + _LOCK_WAIT_S
-        while True:
-            ref = repo.references.get(name)
-            current = None if ref is None else str(ref.target)
-            if current != expected:
-                raise ConflictError(f"{name} moved: expected {expected or 'no release'}, found {current}")
-            if ref is None:
-                if not create_ref_exclusive(repo, name, new, message):
-                    raise ConflictError(f"{name} was created by someone else first")
-                return
-            try:
-                ref.set_target(new, message)  # libgit2 compares the old value under the lock
-                return
-            except (pygit2.GitError, OSError) as exc:
-                if _is_lock_error(exc) and time.monotonic() < deadline:
-                    time.sleep(0.002)  # another writer holds the ref lock: see who won
-                    continue
-                raise ConflictError(f"{name} moved while publishing: {exc}") from exc
+        swap_ref(self._repo, name, expected, new, message=message)
 
     def _ensure_tag(self, release: Release, *, dated: int | None = None) -> None:
         self._tag_ref(release, self._tag_object(release, dated=dated))

@@ -32,6 +32,7 @@ __all__ = [
     "init_bare",
     "repo_config",
     "signature",
+    "swap_ref",
     "tree_at",
     "write_config",
 ]
@@ -383,6 +384,33 @@ def create_ref_exclusive(repo: pygit2.Repository, name: str, target: pygit2.Oid,
                 time.sleep(0.002)  # another process is writing this ref: wait, then look again
                 continue
             raise StoreError(f"cannot create {name}: {exc}") from exc
+
+
+def swap_ref(
+    repo: pygit2.Repository, name: str, expected: str | None, new: pygit2.Oid, *, message: str
+) -> None:
+    """Move ``name`` from ``expected`` (None: it must not exist yet) to ``new``, or raise
+    :class:`ConflictError`: the compare-and-swap every chain-like ref (the release chain, a
+    canary's state) moves by.  libgit2 compares the old value under the ref's lock; a lock held
+    by another writer is waited out for a moment, then the value is compared again."""
+    deadline = time.monotonic() + _REF_LOCK_WAIT_S
+    while True:
+        ref = repo.references.get(name)
+        current = None if ref is None else str(ref.target)
+        if current != expected:
+            raise ConflictError(f"{name} moved: expected {expected or 'nothing'}, found {current}")
+        if ref is None:
+            if not create_ref_exclusive(repo, name, new, message):
+                raise ConflictError(f"{name} was created by someone else first")
+            return
+        try:
+            ref.set_target(new, message)
+            return
+        except (pygit2.GitError, OSError) as exc:
+            if "lock" in str(exc).lower() and time.monotonic() < deadline:
+                time.sleep(0.002)  # another writer holds the ref lock: see who won
+                continue
+            raise ConflictError(f"{name} moved while it was being set: {exc}") from exc
 
 
 # -- the repository's own config file ---------------------------------------------------------

@@ -31,6 +31,7 @@ import pygit2
 
 from reef_core.errors import DiskFull, NotFound, StoreError
 from reef_core.ids import validate_scenario_name
+from reef_core.store.canary import CanaryRef
 from reef_core.store.data import DataReader, data_ref
 from reef_core.store.installs import installed_adapters, note_install
 from reef_core.store.items import GroupEntry
@@ -57,6 +58,10 @@ class StoreOptions:
     fsync: bool = False
     spare_files: int = SPARE_FILES  # files made ahead for commits, two per commit (scratch.py)
     node: str = ""  # storage.node: write refs/reef/data/<node>; "": refs/heads/data
+    #: told of every group commit (its items and their bytes) and every repack, from the
+    #: writer's and the packer's threads: the daemon's /metrics
+    on_batch: Callable[[int, int], None] | None = None
+    on_repacked: Callable[[], None] | None = None
 
 
 class ScenarioReader:
@@ -76,6 +81,8 @@ class ScenarioReader:
         #: this node's data ref alone: what the recipes follow, so two nodes never act on one ask
         self.own_data = DataReader(self.handle, ref=self.data_ref)
         self.releases = ReleaseChain(self.handle)
+        #: the scenario's canary as last written (``refs/reef/canary``)
+        self.canary = CanaryRef(self.handle)
 
     def installed_adapters(self) -> frozenset[str]:
         """The adapters an installer was served for (``installs.py``), read afresh each call."""
@@ -99,6 +106,7 @@ class Scenario(ScenarioReader):
         packer: Packer | None = None
         try:
             super().__init__(name, path, node=options.node)
+            self._told_batch, self._told_repacked = options.on_batch, options.on_repacked
             self.recovered_locks = clear_stale_ref_locks(path)
             self.recovered_packs = remove_incomplete_packs(path / "objects")
             reuse = leftovers(path)
@@ -106,7 +114,7 @@ class Scenario(ScenarioReader):
             self.packer = packer = Packer(
                 path,
                 every=options.pack_every,
-                on_repacked=self.handle.invalidate,
+                on_repacked=self._repacked,
                 on_freed=lambda paths: self.writer.donate(paths),
                 ref=self.data_ref,
             )
@@ -116,7 +124,7 @@ class Scenario(ScenarioReader):
                 fsync=options.fsync,
                 spare_files=options.spare_files,
                 reuse=reuse,
-                on_batch=self.packer.note_written,
+                on_batch=self._batch_written,
                 space=space,
                 ref=self.data_ref,
                 relieve=relieve,
@@ -133,6 +141,21 @@ class Scenario(ScenarioReader):
         #: held by this process's publishers (learning steps, rollback, promote) around the
         #: look at the tip and the swap, so they take turns instead of racing
         self.publish_lock = threading.RLock()
+
+    def _batch_written(self, items: int, size: int) -> None:
+        self.packer.note_written(items, size)
+        if self._told_batch is not None:
+            self._told_batch(items, size)
+
+    def _repacked(self) -> None:
+        self.handle.invalidate()
+        if self._told_repacked is not None:
+            self._told_repacked()
+
+    @property
+    def queued(self) -> int:
+        """Items submitted and not yet written."""
+        return self.writer.queued
 
     def append(self, kind: str, body: Mapping[str, Any], **options: Any) -> Future[str]:
         """Queue an item; the future resolves to its id once it is committed.

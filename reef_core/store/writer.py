@@ -86,6 +86,11 @@ _RESTOCK = object()  # wakes the thread to make spare files after commits writte
 class GroupCommitWriter:
     """The single writer of one scenario's data branch."""
 
+    @property
+    def queued(self) -> int:
+        """Items submitted and not yet written (read without the lock: a gauge's value)."""
+        return self._queued
+
     def __init__(
         self,
         handle: RepoHandle,

@@ -9,9 +9,13 @@ what does not depend on the model:
 * **the routes**: ``GET /v1/models`` lists the one model, ``POST /v1/chat/completions`` is
   answered, anything else is a 404 that names the engine;
 * **parsing**: a chat-completions body checked into the settings every engine honours (max
-  tokens, temperature, seed, one choice, usage in the stream), then the engine's own
-  (:meth:`Engine._options`) and the prompt's token ids (:meth:`Engine._prompt`), so a request the
-  model cannot take is a 400 before anything streams;
+  tokens, temperature, seed, one choice, usage in the stream, ``response_format``), then the
+  engine's own (:meth:`Engine._options`) and the prompt's token ids (:meth:`Engine._prompt`), so
+  a request the model cannot take is a 400 before anything streams;
+* **constraints**: a ``response_format`` becomes the answer's
+  :class:`~reef_core.upstream.constrain.Matcher` (``request["constraint"]``), made with the
+  engine's :meth:`Engine._vocabulary`; the engine masks each step's logits with it
+  (:mod:`~reef_core.upstream.constrain`).  An engine without a vocabulary refuses one (400);
 * **answers**: the OpenAI answer, and :class:`EngineStream`, which sends each piece of text as
   the engine emits it, then the finish, the usage and ``[DONE]``;
 * **the token record** (``extras``): what only a local engine knows, the prompt and response
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from reef_core.errors import InvalidInput, UpstreamRejected
+from reef_core.upstream import constrain
 from reef_core.upstream.seam import Answerer, Ask, UpstreamReply
 
 __all__ = ["CHAT_PATH", "Answer", "Emit", "Engine", "EngineStream", "usage"]
@@ -153,6 +158,17 @@ class Engine(Answerer, Generic[S]):
             self._served[scenario] = make(self._serving(scenario))
         return time.perf_counter() - started
 
+    def forget(self, key: str) -> None:
+        """Stop serving ``key`` weights of its own (a canary that ended): what it held is freed
+        and a request under it is answered by the base model."""
+        with self._lock:
+            old = self._served.pop(key, None)
+            if old is not None:
+                self._forgotten(old)
+
+    def _forgotten(self, old: S) -> None:
+        """Free what ``old`` held beyond memory Python reclaims (called under the lock)."""
+
     # -- the upstream surface ----------------------------------------------------------------
 
     async def _request(self, ask: Ask) -> UpstreamReply:
@@ -247,12 +263,28 @@ class Engine(Answerer, Generic[S]):
             "include_usage": bool(options.get("include_usage")) if isinstance(options, dict) else False,
             **self._options(data),
         }
+        request["constraint"] = self._constraint(data.get(constrain.FIELD))
         request["prompt"] = self._prompt(request)
         return request
 
     def _options(self, data: dict[str, Any]) -> dict[str, Any]:
         """The request fields only this engine honours, checked (none by default)."""
         return {}
+
+    def _constraint(self, response_format: Any) -> constrain.Matcher | None:
+        """The answer's matcher for ``response_format`` (``None``: unconstrained text)."""
+        form = constrain.parse(response_format)
+        if form is None:
+            return None
+        vocabulary = self._vocabulary()
+        if vocabulary is None:
+            raise constrain.rejected(f"{self.label} cannot honour {constrain.FIELD}")
+        return vocabulary.matcher(form)
+
+    def _vocabulary(self) -> constrain.Vocabulary | None:
+        """The model's tokens for constrained decoding, built once (``None``: the engine
+        decodes only unconstrained text)."""
+        return None
 
     @abstractmethod
     def _prompt(self, request: dict[str, Any]) -> list[int]:

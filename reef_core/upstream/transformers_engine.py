@@ -26,6 +26,15 @@ is held back until it cannot.
 
 **Tools** are refused with a clear 400 when the model's chat template has no tool support (the
 answer could only ever be text); with a template that has, they are rendered into the prompt.
+The answer is always text (``message.content``): the engine reads no tool calls back out of it,
+so there is no tool call to constrain.
+
+**Constrained decoding** (``response_format``, :mod:`~reef_core.upstream.constrain`): each row
+carries its own matcher, or none; at every step the constrained rows' masks are computed together
+and applied to their logits before they sample (temperature, top-p and the log-probs are those of
+the masked distribution, the one sampled from), and each token taken advances the row's matcher.
+Unconstrained rows in the same batch are untouched.  The vocabulary is built from the tokenizer
+at the first constrained request (about 0.3 s for SmolLM2).
 
 **Adapters.**  Each scenario can be served its own LoRA adapter (``peft``), its current release:
 :meth:`TransformersEngine.swap` installs one (or ``None``, the base model) with its version, from
@@ -53,6 +62,7 @@ from typing import Any
 import torch
 
 from reef_core.errors import ConfigError, InvalidInput
+from reef_core.upstream import constrain
 from reef_core.upstream.engine import Answer, Emit, Engine
 
 # peft says so on every swap (the worker sets the adapter of each batch itself), and transformers
@@ -94,6 +104,7 @@ class _Job:
     generator: torch.Generator | None
     emit: Emit | None  # a streaming client's next piece of text
     scenario: str | None = None  # whose adapter answers
+    constraint: constrain.Matcher | None = None  # the response_format the answer follows
     done: Future[Answer] = field(default_factory=Future)
 
 
@@ -141,6 +152,8 @@ class TransformersEngine(Engine[_Served]):
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._adapted: Any = None  # the peft model over a shared copy, built at the first adapter
         self._names = 0
+        self._tokens: constrain.Vocabulary | None = None  # built at the first constrained request
+        self._tokens_lock = threading.Lock()
         #: how the worker has batched: batches decoded, and the most requests in one
         self.stats = {"batches": 0, "largest": 0}
         self._worker = threading.Thread(target=self._work, name="reef-transformers", daemon=True)
@@ -217,6 +230,9 @@ class TransformersEngine(Engine[_Served]):
             return _Served(None, version, model=model)
 
         return self._swap(scenario, install, started=started)
+
+    def _forgotten(self, old: _Served) -> None:
+        self._retire(old)
 
     def _retire(self, old: _Served) -> None:
         """Drop the adapter a scenario was served (called under the lock, as it is replaced)."""
@@ -320,6 +336,12 @@ class TransformersEngine(Engine[_Served]):
     def _origin(self) -> dict[str, Any]:
         return {"engine": "transformers", "base": self.identity}
 
+    def _vocabulary(self) -> constrain.Vocabulary:
+        with self._tokens_lock:
+            if self._tokens is None:
+                self._tokens = constrain.Vocabulary.of_tokenizer(self.tokenizer, eos=self.eos)
+            return self._tokens
+
     def _submit(self, request: dict[str, Any], *, scenario: str | None, emit: Emit | None) -> Future[Answer]:
         generator = None
         if request["seed"] is not None:
@@ -333,6 +355,7 @@ class TransformersEngine(Engine[_Served]):
             generator=generator,
             emit=emit,
             scenario=scenario,
+            constraint=request["constraint"],
         )
         self._jobs.put(job)
         return job.done
@@ -387,6 +410,9 @@ class TransformersEngine(Engine[_Served]):
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows = [_Row(job) for job in jobs]
+        masks = None
+        if any(job.constraint is not None for job in jobs):
+            masks = constrain.Masks(self._vocabulary(), n)
         past = None
         version, model = served.version, self.model
         if served.model is not None:
@@ -405,6 +431,8 @@ class TransformersEngine(Engine[_Served]):
                 )
                 past = getattr(out, self._cache)
                 logits = out.logits[:, -1, :].float()
+                if masks is not None:
+                    masks.apply(logits, [row.job.constraint if row.finish is None else None for row in rows])
                 chosen = []
                 for i, row in enumerate(rows):
                     if row.finish is None:
@@ -428,6 +456,8 @@ class TransformersEngine(Engine[_Served]):
         if token in self.eos:
             row.finish = "stop"  # the end-of-turn token is kept in the ids (training learns to stop)
             return
+        if row.job.constraint is not None:
+            row.job.constraint.advance(token)
         row.text = self.tokenizer.decode(
             [t for t in row.tokens if t not in self.eos], skip_special_tokens=True
         )

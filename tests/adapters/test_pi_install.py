@@ -61,7 +61,8 @@ def test_the_route_refuses_what_it_cannot_install_with_clear_errors(make_reef):
         response = httpx.get(url, params=params)
         assert response.status_code == status, (params, response.text)
         assert response.json()["error"]["param"] == field, (params, response.text)
-    assert "use one of claude_code, pi" in httpx.get(url, params=cases[1][0]).json()["error"]["message"]
+    refused = httpx.get(url, params=cases[1][0]).json()["error"]["message"]
+    assert "use one of claude_code, codex, opencode, pi" in refused
     # the scenario may come as the header too
     assert httpx.get(url, params={"adapter": "pi"}, headers={"x-reef-scenario": SCENARIO}).status_code == 200
 
@@ -97,6 +98,7 @@ def test_the_script_installs_the_release_and_a_rerun_writes_nothing(make_reef, m
     assert provider["headers"] == {
         "x-reef-scenario": "!printenv REEF_SCENARIO",
         "x-reef-tag-run": "!printenv REEF_RUN_TAG",
+        "x-reef-tag-release": "!printenv REEF_RELEASE_TAG",  # the tree the session runs (a canary's?)
         "x-reef-harness": "pi",  # so the record says which harness sent it
     }
     settings = json.loads((agent / "settings.json").read_text())
@@ -232,7 +234,7 @@ def test_without_a_pi_the_script_installs_the_pinned_one_with_npm(make_reef, mac
     ran = machine.reef_pi("-p", "hi", REEF_PI="")
     assert ran.returncode == 0 and ran.stdout.strip() == GREETING, ran.stderr
     tag = json.loads((machine.base / "last-run.json").read_text())["tag"]
-    assert [r["tags"] for r in run_records(reef, tag)] == [{"run": tag}]
+    assert [r["tags"] for r in run_records(reef, tag)] == [{"run": tag, "release": "none"}]
 
     # the next install finds that pi and installs nothing more
     again = subprocess.run(["sh", "-s"], input=machine.script(reef), env=env, capture_output=True, text=True)

@@ -298,7 +298,8 @@ ASK = "when I ask you to fix a bug, reproduce it with a failing test first"
 def schema_name(body: dict[str, Any]) -> str | None:
     """Which structured answer reefine asks for (OpenAI ``response_format`` or Anthropic tool)."""
     wanted = (body.get("response_format") or {}).get("json_schema") or {}
-    return wanted.get("name") or (body.get("tool_choice") or {}).get("name")
+    forced = body.get("tool_choice")  # a string ("auto") from a harness, an object when forced
+    return wanted.get("name") or (forced.get("name") if isinstance(forced, dict) else None)
 
 
 def plays_reefine(upstream: ScriptedUpstream, *changes: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ def test_install_run_evolve_notice_update_and_report(reefine, upstream: Scripted
     assert run.stdout.strip() == GREETING
     first_tag = last_tag(machine)
     [record] = run_records(reef, first_tag)
-    assert record["tags"] == {"run": first_tag}
+    assert record["tags"] == {"run": first_tag, "release": "none"}  # no release installed yet
     assert record["request"]["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "hi"}]}
     assert {t["function"]["name"] for t in record["request"]["tools"]} >= {"read", "bash"}  # pi's own
     assert (

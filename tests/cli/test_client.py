@@ -88,8 +88,8 @@ def test_the_token_is_sent_and_never_shown(make_reef):
     assert client.health()["ok"] is True
 
 
-def test_no_daemon_is_daemon_unavailable():
-    url = f"http://127.0.0.1:{free_port()}"
+def test_no_daemon_is_daemon_unavailable(no_daemon_by_default):
+    url = no_daemon_by_default
     with pytest.raises(DaemonUnavailable, match=f"no reef daemon answers at {url}"):
         ReefClient(url).status()
 

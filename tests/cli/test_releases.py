@@ -198,3 +198,68 @@ def test_the_promote_route_names_a_bad_approver_and_records_an_unnamed_one(chain
     done = httpx.post(route, json={"release": "c2"})  # an older client: it names nobody
     assert done.status_code == 200, done.text
     assert Store(chain.state_dir).reader("s").releases.tip().approved_by == "an unnamed client"
+
+
+def test_releases_shows_each_release_in_use(chain):
+    first, second = chat(chain), chat(chain)  # v2 serves them, each a session of its own
+    httpx.post(
+        f"{chain.url}/reef/report",
+        headers={"x-reef-scenario": "s"},
+        json={"score": 1, "references": [first], "metadata": {"source": "judge"}},
+        timeout=10,
+    ).raise_for_status()
+    listing = httpx.get(f"{chain.url}/reef/scenarios/s/releases", timeout=10).json()
+    v2 = listing["evidence"]["v2"]
+    assert next(row for row in listing["releases"] if row["release"] == "v2")["evidence"] == v2
+    assert (v2["sessions"], v2["requests"], v2["person"]["count"], v2["judge"]["count"]) == (2, 2, 0, 1)
+    records = [
+        httpx.get(f"{chain.url}/reef/scenarios/s/records/{r}", timeout=10).json() for r in (first, second)
+    ]
+    latencies = sorted(r["timings"]["total_ms"] for r in records)
+    assert v2["latency_ms"]["p50"] == pytest.approx(sum(latencies) / 2)
+    assert v2["latency_ms"]["p95"] == pytest.approx(latencies[0] + 0.95 * (latencies[1] - latencies[0]))
+    usage = [r["response"]["usage"] for r in records]
+    assert v2["tokens"] == {
+        "in": sum(u["prompt_tokens"] for u in usage),
+        "out": sum(u["completion_tokens"] for u in usage),
+        "requests": 2,
+    }
+    for width in ("80", "100"):
+        result = reef("releases", "s", "--url", chain.url, env={"COLUMNS": width})
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert all(len(line) <= int(width) for line in lines), "\n".join(lines)
+        header = next(line for line in lines if line.startswith("in use"))
+        assert header.split() == [
+            "in",
+            "use",
+            "sessions",
+            "requests",
+            "score",
+            "p50/p95",
+            "ms",
+            "tokens",
+            "in/out",
+            "errors",
+        ]
+        below = lines[lines.index(header) :]
+        shown = next(line for line in below if " v2 " in f" {line} ").split()
+        p50, p95 = (
+            f"{x:.0f}" if x >= 100 else f"{x:.1f}" for x in (v2["latency_ms"]["p50"], v2["latency_ms"]["p95"])
+        )
+        tokens = f"{v2['tokens']['in']}/{v2['tokens']['out']}"
+        # the judge's score, marked: no person scored v2
+        assert shown == ["●", "v2", "2", "2", "1.00", "(1)", "j", f"{p50}/{p95}", tokens, "0.0%"]
+        assert next(line for line in below if " v1 " in f" {line} ").split() == [
+            "v1",
+            "0",
+            "0",
+            "-",
+            "-",
+            "-",
+            "-",
+        ]
+        assert "j: the judge's score (no person scored it)" in result.stdout
+        assert "prefer short answers" in next(
+            line for line in lines if " v2 " in f" {line} "
+        )  # the chain's table

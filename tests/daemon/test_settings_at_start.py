@@ -16,8 +16,8 @@ from tests.fakes.upstream import ScriptedUpstream
     ("flags", "named"),
     [
         (
-            ["--recipe.name", "reefine", "--recipe.config.canary-share", "0.5"],
-            "unknown reefine setting recipe.config.canary-share",
+            ["--recipe.name", "reefine", "--recipe.config.canary-shares", "0.5"],
+            "unknown reefine setting recipe.config.canary-shares",
         ),
         (
             ["--recipe.name", "reefine", "--recipe.config.max-edits", "many"],
@@ -26,6 +26,21 @@ from tests.fakes.upstream import ScriptedUpstream
         (
             ["--recipe.name", "reefine", "--recipe.config.held-out-share", "1.5"],
             "recipe.config.held-out-share",
+        ),
+        (
+            ["--recipe.name", "reefine", "--recipe.config.canary-share", "1"],
+            "recipe.config.canary-share must be at least 0 (off) and below 1",
+        ),
+        (
+            [
+                "--recipe.name",
+                "reefine",
+                "--recipe.config.canary-share",
+                "0.2",
+                "--recipe.config.canary-alpha",
+                "x",
+            ],
+            "recipe.config.canary-alpha must be a number",
         ),
         (
             ["--recipe.name", "grpo", "--recipe.config.lora-rnak", "8"],

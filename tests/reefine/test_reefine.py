@@ -211,7 +211,8 @@ def test_unusable_answers_are_retried_then_the_step_is_skipped_with_its_reason(r
     upstream.script(Text("I would add a skill."), Text("{}"), Text('{"design": "x", "changes": []}'))
     result = evolve(reef, S, "be nicer")["result"]
     assert result["verdict"].startswith("skipped: ")
-    assert "unusable 3 times" in result["verdict"]
+    assert "refused 3 times" in result["verdict"]  # the last one parsed; its check said no
+    assert '"changes" must be a non-empty list' in result["verdict"]
     retry = upstream.requests[1].body["messages"][-1]["content"]
     assert "could not be used" in retry
 

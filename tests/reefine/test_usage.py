@@ -371,3 +371,63 @@ def test_learn_needs_reefine_and_a_known_scenario(
     chat(reef, "quiet", TASK)
     result = learn(reef)
     assert result["verdict"].startswith("skipped: StepSkipped: nothing new to learn from: 0 unused scored")
+
+
+def test_with_canaries_on_a_replay_winner_serves_a_share_of_sessions_before_it_is_published(
+    reefine, roles: Roles
+):
+    reef = usage_reef(reefine, "--recipe.config.health", "false", "--recipe.config.canary-share", "0.3")
+    roles.proposal = {
+        "design": "a rule",
+        "changes": [{"op": "create", "kind": "rule", "name": "style", "content": "Answer plainly.\n"}],
+    }
+    asked = ask(reef, SCENARIO, "answer plainly")
+    assert settle(reef, SCENARIO, asked.json()["agent_record_id"])["result"]["release"] == "v1"
+    held_out_sessions(reef, 5)
+    learned_sessions(reef, 2)
+    result = learn(reef)
+    assert result["verdict"] == "canary" and result["release"] is None, result
+    assert next(c for c in result["checks"] if c["name"] == "replay")["passed"]
+    state = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/canary").json()["canary"]
+    assert (state["name"], state["base"], state["state"], state["share"]) == (
+        f"c{result['step']}",
+        "v1",
+        "running",
+        0.3,
+    )
+    listing = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/releases").json()
+    assert [r["release"] for r in listing["releases"]] == ["v1"]  # not published: it serves its share first
+
+
+def test_the_judge_judges_the_answer_and_never_a_harness_s_aside(reefine, roles: Roles):
+    """opencode asks for a title with the person's first words beside the answer (tagged
+    ``aside`` by reef's plugin); when the title comes back last, the next message still judges
+    the answer the person read."""
+    reef = usage_reef(reefine)
+    [session] = kept(SHARE, 1, "aside")
+    client = openai.OpenAI(
+        base_url=f"{reef.url}/v1",
+        api_key="k",
+        default_headers={"x-reef-scenario": SCENARIO, "x-reef-tag-session": session},
+    )
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": TASK},
+    ]
+    raw = client.chat.completions.with_raw_response.create(model="scripted-model", messages=messages)
+    answered = raw.headers["x-reef-agent-record-id"]
+    title = [{"role": "system", "content": "You are a title generator."}, {"role": "user", "content": TASK}]
+    client.chat.completions.create(
+        model="scripted-model", messages=title, extra_headers={"x-reef-tag-aside": "title"}
+    )
+    messages += [
+        {"role": "assistant", "content": raw.parse().choices[0].message.content},
+        {"role": "user", "content": "that's wrong, you did not run the tests"},
+    ]
+    client.chat.completions.create(model="scripted-model", messages=messages)
+    wait_for(lambda: any(r["metadata"].get("source") == "judge" for r in items(reef, "report")))
+    [verdict] = [r for r in items(reef, "report") if r["metadata"].get("source") == "judge"]
+    assert verdict["references"] == [answered] and verdict["metadata"]["session"] == session
+    assert roles.calls["judge"] == 1  # the title opened no turn of its own
+    [listed] = httpx.get(f"{reef.url}/reef/scenarios/{SCENARIO}/sessions").json()["sessions"]
+    assert len(listed["records"]) == 3 and len(listed["turns"]) == 2

@@ -73,11 +73,16 @@ def test_what_the_embedded_model_cannot_take_is_a_400_before_anything_streams(en
         ({"temperature": 0}, "temperature"),
         ({"messages": "hi"}, "messages"),
         ({"messages": []}, "messages"),
-        ({"max_tokens": 256}, "max_len"),  # no room left for the prompt in the context
     ):
         with pytest.raises(InvalidInput) as refused:
             asyncio.run(engine.stream(CHAT, headers={}, body=body(**fields)))
         assert refused.value.field == field
+
+
+def test_a_max_tokens_the_context_cannot_hold_leaves_half_of_it_to_the_prompt(engine: LocalEngine):
+    answer, extras = ask(engine, max_tokens=256, temperature=1.0)  # as much as the whole context
+    assert len(extras["response_ids"]) <= engine.context // 2
+    assert extras["prompt_ids"] and answer["choices"][0]["finish_reason"] in ("stop", "length")
 
 
 def test_a_swap_serves_its_scenario_alone_and_a_snapshot_copies_what_is_served(engine: LocalEngine):

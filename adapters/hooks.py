@@ -1,11 +1,15 @@
-"""reef's Claude Code hooks: in-session commands answered without a model call, and the update notice.
+"""reef's prompt hooks, for the harnesses that run them (Claude Code, Codex, and opencode through
+reef's plugin): in-session commands answered without a model call, and the update notice.
 
-The rendered ``settings.json`` runs them as ``reef-claude hook prompt`` (``UserPromptSubmit``) and
-``reef-claude hook session-start`` (``SessionStart``); Claude Code passes the event as JSON on stdin.
+The rendered hooks run ``reef-X hook prompt`` (``UserPromptSubmit``) and ``reef-X hook
+session-start`` (``SessionStart``); the harness passes the event as JSON on stdin.  Both harnesses
+read the same answers: ``{"decision": "block", "reason": …}`` shows the reason to the person
+instead of calling the model, ``{"systemMessage": …}`` shows a notice.
 
 ``hook prompt`` answers a prompt that starts with one of reef's commands, and lets every other
-prompt through untouched (no output, exit 0).  Its answer is Claude Code's "block" decision,
-whose reason Claude Code shows the person instead of calling the model:
+prompt through untouched (no output, exit 0).  The commands start with the harness's
+:attr:`~adapters.launcher.Harness.command_prefix`: ``/`` in Claude Code, ``:`` in Codex (whose TUI
+refuses a ``/`` command it does not know before any hook runs); shown here with ``/``:
 
     /evolve <text>              file an ask: what the agent should do differently
     /versions                   published releases and pending ones, with installed/current marks
@@ -17,8 +21,9 @@ whose reason Claude Code shows the person instead of calling the model:
     /feedback <text>            a report with that feedback on this session's receipts
 
 "This session's receipts" are the records tagged ``session:<id>`` (the daemon stores Claude Code's
-``x-claude-code-session-id`` so, and ``REEF_SESSION`` overrides it) written since this
-``reef-claude`` started.  A Claude Code that reef-claude did not start has no ``REEF_RUN_TAG``:
+``x-claude-code-session-id``, Codex's ``session-id`` and opencode's ``x-session-id`` so, and
+``REEF_SESSION`` overrides it)
+written since this launcher started.  A harness that its launcher did not start has no ``REEF_RUN_TAG``:
 the commands say so and change nothing.
 
 ``hook session-start`` prints a ``systemMessage`` when reef has a newer release than the installed
@@ -36,7 +41,7 @@ from typing import Any
 
 from adapters import launcher as core
 from adapters import verbs
-from adapters.claude_code.gate import COMMAND, pending_event
+from adapters.hook_gate import COMMAND, pending_event
 from adapters.launcher import Context
 from reef_core.client import approver
 from reef_core.errors import NotFound, ReefError
@@ -46,14 +51,18 @@ __all__ = ["NOTICE_TIMEOUT_S", "answer", "notice", "run"]
 
 NOTICE_TIMEOUT_S = 2.0
 _USAGE = {
-    "evolve": "usage: /evolve <what the agent should do differently>",
-    "versions": "usage: /versions [vN|cN [install]]",
-    "feedback": "usage: /feedback <what was good or bad in this session>",
+    "evolve": "usage: {p}evolve <what the agent should do differently>",
+    "versions": "usage: {p}versions [vN|cN [install]]",
+    "feedback": "usage: {p}feedback <what was good or bad in this session>",
 }
 
 
+def _usage(ctx: Context, command: str) -> str:
+    return "reef: " + _USAGE[command].format(p=ctx.harness.command_prefix)
+
+
 def run(ctx: Context, args: list[str]) -> int:
-    """``reef-claude hook prompt|session-start``, the event on stdin; always exits 0."""
+    """``reef-X hook prompt|session-start``, the event on stdin; always exits 0."""
     try:
         text = pending_event()
         event = json.loads((sys.stdin.read() if text is None else text) or "{}")
@@ -74,7 +83,7 @@ def run(ctx: Context, args: list[str]) -> int:
         if said:
             print(json.dumps({"systemMessage": said}, ensure_ascii=False))
     else:
-        print(f"reef-claude hook: unknown hook {which!r} (prompt, session-start)", file=ctx.err)
+        print(f"{ctx.harness.command} hook: unknown hook {which!r} (prompt, session-start)", file=ctx.err)
     return 0
 
 
@@ -87,7 +96,8 @@ def answer(ctx: Context, event: dict[str, Any]) -> str | None:
     command, rest = match.group(1), (match.group(2) or "").strip()
     if not ctx.env.get("REEF_RUN_TAG"):
         return (
-            f"reef: this Claude Code was not started through reef: run it with reef-claude to use /{command}"
+            f"reef: this {ctx.harness.label} was not started through reef: run it with "
+            f"{ctx.harness.command} to use {ctx.harness.command_prefix}{command}"
         )
     try:
         if command == "evolve":
@@ -101,7 +111,7 @@ def answer(ctx: Context, event: dict[str, Any]) -> str | None:
 
 def _evolve(ctx: Context, text: str, event: dict[str, Any]) -> str:
     if not text:
-        return f"reef: {_USAGE['evolve']}"
+        return _usage(ctx, "evolve")
     session = event.get("session_id") if isinstance(event.get("session_id"), str) else None
     with ctx.client() as client:
         filed = client.train(
@@ -114,12 +124,13 @@ def _evolve(ctx: Context, text: str, event: dict[str, Any]) -> str:
     return (
         f"reef: ask {filed['agent_record_id']} filed for scenario {ctx.scenario}.\n"
         f"  progress: {ctx.url}{filed['page_path']}\n"
-        "  when it settles, /versions shows the result"
+        f"  when it settles, {ctx.harness.command_prefix}versions shows the result"
     )
 
 
 def _versions(ctx: Context, args: str) -> str:
     words = args.split()
+    prefix = ctx.harness.command_prefix
     with ctx.client() as client:
         try:
             listing = client.releases(ctx.scenario)
@@ -129,18 +140,21 @@ def _versions(ctx: Context, args: str) -> str:
             if not listing.get("releases") and not any(s.get("pending") for s in listing.get("steps", [])):
                 return (
                     f"reef: scenario {ctx.scenario} has no releases yet; ask for one with "
-                    "/evolve <what to change>"
+                    f"{ctx.harness.command_prefix}evolve <what to change>"
                 )
             return verbs.versions_table(listing, core.read_sidecar(ctx.layout) or {})
         name, action = words[0], words[1:]
         row = verbs.page_of(listing, name)
         if row is None:
-            return f"reef: no release or pending step {name} in scenario {ctx.scenario}: see /versions"
+            return (
+                f"reef: no release or pending step {name} in scenario {ctx.scenario}: "
+                f"see {ctx.harness.command_prefix}versions"
+            )
         link = f"{ctx.url}{row['page_path']}"
         if not action:
             return f"reef: {name}: {link}"
         if action[0] != "install" or action[1:] not in ([], ["yes"]):
-            return f"reef: {_USAGE['versions']}"
+            return _usage(ctx, "versions")
         step = next((s for s in listing.get("steps", []) if s.get("name") == name), None)
         if step is None:
             return _install(ctx, name)
@@ -158,10 +172,11 @@ def _versions(ctx: Context, args: str) -> str:
                 f'  "{verbs.one_line(step.get("ask"), 200)}"\n'
                 + (f"{runs}\n" if runs else "")
                 + f"  {approval_question(name, ctx.scenario, code)} Read {link}, then type\n"
-                f"    /versions {name} install yes\n"
+                f"    {ctx.harness.command_prefix}versions {name} install yes\n"
                 "  to promote it to a release and install it; anything else leaves it pending."
             )
-        promoted = client.promote(ctx.scenario, name, approved_by=approver("Claude Code /versions"))
+        who = approver(f"{ctx.harness.label} {prefix}versions")
+        promoted = client.promote(ctx.scenario, name, approved_by=who)
     release = str(promoted["release"])
     return f"reef: {name} is now {release}.\n" + _install(ctx, release)
 
@@ -171,15 +186,18 @@ def _install(ctx: Context, release: str) -> str:
     if ran.returncode != 0:
         said = (ran.stderr or ran.stdout or b"").decode(errors="replace").strip().splitlines()[-3:]
         return f"reef: installing {release} failed (exit {ran.returncode}):\n" + "\n".join(said)
-    return f"reef: installed {release}. Start a new Claude Code session (reef-claude) to load it."
+    return (
+        f"reef: installed {release}. Start a new {ctx.harness.label} session "
+        f"({ctx.harness.command}) to load it."
+    )
 
 
 def _report(ctx: Context, command: str, text: str, event: dict[str, Any]) -> str:
     if command == "feedback" and not text:
-        return f"reef: {_USAGE['feedback']}"
+        return _usage(ctx, "feedback")
     session = ctx.env.get("REEF_SESSION") or event.get("session_id")
     if not isinstance(session, str) or not session:
-        return "reef: Claude Code did not say which session this is: nothing was reported"
+        return f"reef: {ctx.harness.label} did not say which session this is: nothing was reported"
     with ctx.client() as client:
         receipts = verbs.receipts_since(
             client, ctx.scenario, f"session:{session}", _session_start_ms(ctx, event)
@@ -198,7 +216,7 @@ def _report(ctx: Context, command: str, text: str, event: dict[str, Any]) -> str
                 "command": command,
             },
         )
-    what = "feedback" if command == "feedback" else f"/{command}"
+    what = "feedback" if command == "feedback" else f"{ctx.harness.command_prefix}{command}"
     plural = "" if len(receipts) == 1 else "s"
     return (
         f"reef: {what} noted as {made['agent_record_id']} on {len(receipts)} receipt{plural} of this session"
@@ -206,12 +224,16 @@ def _report(ctx: Context, command: str, text: str, event: dict[str, Any]) -> str
 
 
 def _session_start_ms(ctx: Context, event: dict[str, Any]) -> int:
-    """When this session began: its transcript's first timestamp (a resumed session began before
-    this reef-claude started), else this reef-claude's start."""
+    """When this session began: its transcript's first timestamp, or the creation time the
+    harness says (opencode's plugin sends ``session_started_ms``), since a resumed session began
+    before this launcher started; else this launcher's start."""
     try:
         started = int(ctx.env.get("REEF_RUN_STARTED_MS") or 0)
     except ValueError:
         started = 0
+    said = event.get("session_started_ms")
+    if isinstance(said, int) and not isinstance(said, bool) and said > 0:
+        return min(said, started) if started else said
     path = event.get("transcript_path")
     if not isinstance(path, str):
         return started
@@ -243,9 +265,11 @@ def notice(ctx: Context) -> str | None:
         lines += [
             f"reef: {latest['release']} is available (installed: {mine or 'none'}): "
             f'"{verbs.one_line(latest.get("ask"))}"',
-            f"  install it with /versions {latest['release']} install, or reef-claude update",
+            f"  install it with {ctx.harness.command_prefix}versions {latest['release']} install, "
+            f"or {ctx.harness.command} update",
         ]
     if waiting:
         verb = "waits" if len(waiting) == 1 else "wait"
-        lines.append(f"reef: {', '.join(waiting)} {verb} for approval: see /versions")
+        see = f"see {ctx.harness.command_prefix}versions"
+        lines.append(f"reef: {', '.join(waiting)} {verb} for approval: {see}")
     return "\n".join(lines) or None
