@@ -147,8 +147,10 @@ async function hook(which, event) {
 }
 
 async function show(client, text, variant) {
-  // a toast: the TUI shows it over the session, and the model never sees it
-  const duration = Math.min(30000, Math.max(8000, 40 * text.length));
+  // a toast: the TUI shows it over the session, and the model never sees it; the update notice
+  // (a warning) comes while the person starts typing, so it stays longer
+  const least = variant === "warning" ? 15000 : 8000;
+  const duration = Math.min(30000, Math.max(least, 40 * text.length));
   try {
     await client.tui.showToast({ body: { message: text, variant, duration } });
   } catch {}

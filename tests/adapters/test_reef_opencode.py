@@ -269,11 +269,12 @@ def test_an_interactive_opencode_session_shows_the_notice_answers_and_versions(
     assert started.returncode == 0, started.stderr
     pane.wait_for(r"Ask anything", timeout=90)
     typed(pane, "say hello")
+    # the session is created with the first prompt, and reef's plugin shows the notice then: a
+    # toast, which goes after its time, so it is looked for at once, not after the answer
+    shown = pane.wait_for(r"reef: v2 is available \(installed: v1\)", timeout=60)
+    assert "install it with /versions v2 install" in shown  # a toast: its lines wrap
     turn = wait_for_turn(upstream)
     assert RULE in json.dumps(turn.body), "v1's rule reached the model"
-    # the session was created with the first prompt: reef's plugin showed the notice then
-    shown = pane.wait_for(r"reef: v2 is available \(installed: v1\)", timeout=30)
-    assert "install it with /versions v2 install" in shown  # a toast: its lines wrap
     pane.wait_for(re.escape(GREETING))
     asked = len(upstream.requests)
 
