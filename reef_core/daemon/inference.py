@@ -518,40 +518,39 @@ async def _stream(
     )
     client_gone = False
     flush = None
-    relaying = span(request, "relay")  # the chunks read from the upstream and relayed as they come
-    relaying.__enter__()
-    try:
-        writer = await response.prepare(request)
-        flush = asyncio.get_running_loop().call_later(_HEADERS_WAIT_S, _send_headers, writer)
-        decoder = SSEDecoder()
-        async for chunk in upstream.chunks():
-            # every event this chunk completes goes out in one write: nothing waits for more
-            # data, and a burst of events costs one send instead of one each
-            ready: list[bytes] = []
-            try:
-                for event in decoder.feed(chunk):
-                    ready.extend(out.encode() for out in relay.feed(event))
-            finally:  # events before a broken one still reach the client, as recorded
-                if ready:
-                    await response.write(b"".join(ready))
-                    exchange.mark_first_byte()
-            if relay.terminal_seen:
-                break
-        if not relay.complete:
-            exchange.error = "the upstream ended the stream without its final event"
-    except (ConnectionResetError, ConnectionError) as exc:
-        client_gone = True
-        exchange.error = f"client disconnected: {exc or type(exc).__name__}"
-    except ReefError as exc:  # the upstream broke mid-stream, or sent an error event
-        exchange.error = exc.message
-    except ValueError as exc:
-        exchange.error = f"the upstream sent an unreadable event: {exc}"
-    finally:
-        if flush is not None:
-            flush.cancel()
-        upstream.close()
-        note_upstream(request, time.perf_counter() - asked)
-        relaying.__exit__(None, None, None)
+    # the chunks read from the upstream and relayed as they come
+    with span(request, "relay"):
+        try:
+            writer = await response.prepare(request)
+            flush = asyncio.get_running_loop().call_later(_HEADERS_WAIT_S, _send_headers, writer)
+            decoder = SSEDecoder()
+            async for chunk in upstream.chunks():
+                # every event this chunk completes goes out in one write: nothing waits for more
+                # data, and a burst of events costs one send instead of one each
+                ready: list[bytes] = []
+                try:
+                    for event in decoder.feed(chunk):
+                        ready.extend(out.encode() for out in relay.feed(event))
+                finally:  # events before a broken one still reach the client, as recorded
+                    if ready:
+                        await response.write(b"".join(ready))
+                        exchange.mark_first_byte()
+                if relay.terminal_seen:
+                    break
+            if not relay.complete:
+                exchange.error = "the upstream ended the stream without its final event"
+        except (ConnectionResetError, ConnectionError) as exc:
+            client_gone = True
+            exchange.error = f"client disconnected: {exc or type(exc).__name__}"
+        except ReefError as exc:  # the upstream broke mid-stream, or sent an error event
+            exchange.error = exc.message
+        except ValueError as exc:
+            exchange.error = f"the upstream sent an unreadable event: {exc}"
+        finally:
+            if flush is not None:
+                flush.cancel()
+            upstream.close()
+            note_upstream(request, time.perf_counter() - asked)
     exchange.complete = relay.complete and exchange.error is None
     try:
         exchange.response = relay.assembled()

@@ -27,6 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
+from reef_core.daemon.context import Answered, Handler, answer, scenario_of
+
 __all__ = [
     "FORMATS",
     "REQUEST_ID_HEADER",
@@ -89,28 +91,25 @@ def context_middleware(*, access_lines: bool) -> Callable[..., Awaitable[web.Str
     """Each request's log context; with ``access_lines``, its ``request`` line at the end."""
 
     @web.middleware
-    async def within(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def within(request: web.Request, handler: Handler):
         given = request.headers.get(REQUEST_ID_HEADER, "")
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
         context = {"request_id": request_id}
-        scenario = request.headers.get("x-reef-scenario") or request.match_info.get("scenario")
+        scenario = scenario_of(request)
         if scenario:
-            context["scenario"] = scenario[:64]
+            context["scenario"] = scenario
         token = _CONTEXT.set(context)
         started = time.perf_counter()
-        status = 500
+        answered = Answered()
         try:
-            response = await handler(request)
-            status = response.status
+            response = await answer(request, handler, answered)
             if not response.prepared:
                 response.headers[REQUEST_ID_HEADER] = request_id
             return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
         finally:
             if access_lines:
                 took = round((time.perf_counter() - started) * 1000, 2)
+                status = answered.status
                 detail = {"method": request.method, "path": request.path, "status": status, "ms": took}
                 log.info("%s %s %d", request.method, request.path, status, extra={"reef": detail})
             _CONTEXT.reset(token)

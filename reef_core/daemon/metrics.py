@@ -46,7 +46,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from reef_core.daemon.context import request_key
+from reef_core.daemon.context import Answered, Handler, answer, request_key, route_of
 
 __all__ = ["METRICS", "Metrics", "metrics_middleware", "note_upstream", "routes"]
 
@@ -192,26 +192,16 @@ def note_upstream(request: web.Request, seconds: float) -> None:
     request[_UPSTREAM_S] = request.get(_UPSTREAM_S, 0.0) + seconds
 
 
-def _route(request: web.Request) -> str:
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
-
-
 def metrics_middleware(metrics: Metrics) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
-    async def count(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def count(request: web.Request, handler: Handler):
         started = time.perf_counter()
-        status = 500
+        answered = Answered()
         try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
+            return await answer(request, handler, answered)
         finally:
-            route = _route(request)
-            metrics.requests.labels(route, str(status)).inc()
+            route = route_of(request)
+            metrics.requests.labels(route, str(answered.status)).inc()
             waited = request.get(_UPSTREAM_S)
             if waited is not None:
                 metrics.upstream.labels(route).observe(waited)

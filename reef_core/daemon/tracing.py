@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from reef_core.daemon.context import request_key
+from reef_core.daemon.context import Answered, Handler, answer, request_key, route_of, scenario_of
 from reef_core.errors import ConfigError
 
 __all__ = ["OFF", "TRACING", "Tracing", "span", "trace_id", "tracing_middleware"]
@@ -153,37 +153,27 @@ class _Exporter:
         return bool(self.inner.force_flush(timeout_millis))
 
 
-def _route(request: web.Request) -> str:
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
-
-
 def tracing_middleware(tracing: Tracing) -> Callable[..., Awaitable[web.StreamResponse]]:
     """Each request's server span (only when tracing is on: else the app has no such middleware)."""
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     @web.middleware
-    async def traced(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-        route = _route(request)
+    async def traced(request: web.Request, handler: Handler):
+        route = route_of(request)
         attributes = {"http.request.method": request.method, "http.route": route}
-        scenario = request.headers.get("x-reef-scenario") or request.match_info.get("scenario")
+        scenario = scenario_of(request)
         if scenario:
-            attributes["reef.scenario"] = scenario[:64]
+            attributes["reef.scenario"] = scenario
         with tracing.tracer.start_as_current_span(
             f"{request.method} {route}", kind=SpanKind.SERVER, attributes=attributes
         ) as server:
             request[_SPAN] = server
-            status = 500
+            answered = Answered()
             try:
-                response = await handler(request)
-                status = response.status
-                return response
-            except web.HTTPException as exc:
-                status = exc.status
-                raise
+                return await answer(request, handler, answered)
             finally:
-                server.set_attribute("http.response.status_code", status)
-                if status >= 500:
+                server.set_attribute("http.response.status_code", answered.status)
+                if answered.status >= 500:
                     server.set_status(Status(StatusCode.ERROR))
 
     return traced
