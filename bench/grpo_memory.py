@@ -62,7 +62,7 @@ class Variant:
     micro: int = 0  # samples per forward/backward (0: the whole batch at once, as the recipe)
     slim: bool = False  # logits only at the response positions (not at every prompt position)
     checkpoint: bool = False  # gradient checkpointing of the decoder layers
-    heldout_chunk: int = 32  # estimate_reward's chunk (the recipe's default: 32)
+    heldout_chunk: int = 32  # estimate_reward's chunk (32 before the fix; the recipe's default now: 8)
     trim: bool = False  # malloc_trim(0) after each phase (returns freed heap pages to the kernel)
     recipe: bool = False  # the recipe's policy_step itself, as one phase
     serve: bool = False  # also the no-collapse answers, the swap and a batch served on the adapter
@@ -70,9 +70,12 @@ class Variant:
 
 
 VARIANTS = {
-    "recipe": Variant("recipe's policy_step and checks, as they are", recipe=True, serve=True, heldout=True),
+    "recipe": Variant(
+        "recipe's policy_step and checks, as they are", recipe=True, serve=True, heldout=True, heldout_chunk=8
+    ),
     "baseline": Variant("the same step split into its phases (same arithmetic)"),
     "micro4": Variant("micro-batches of 4 answers, gradients accumulated", micro=4),
+    "micro2": Variant("micro-batches of 2 answers, gradients accumulated", micro=2),
     "micro1": Variant("one answer at a time, gradients accumulated", micro=1),
     "slim": Variant("lm_head only at response positions (step and estimate)", slim=True, heldout=True),
     "ckpt": Variant("gradient checkpointing of the decoder layers", checkpoint=True),
@@ -335,6 +338,7 @@ def run_variant(name: str, work: Path) -> dict[str, Any]:
         from recipes.grpo.policy import FunctionScorer, causal_logprobs
         from recipes.grpo.recipe import GrpoConfig, GrpoRecipe
         from recipes.grpo.samples import Sample
+        from reef_core import memory
         from reef_core.learning import Candidate
         from reef_core.models.tiny import corpus
     data = json.loads((work / "samples.json").read_text())
@@ -360,8 +364,15 @@ def run_variant(name: str, work: Path) -> dict[str, Any]:
     if variant.recipe:
         with phases("step (policy_step)"):
             stats = policy_step(
-                policy, policy.reference(), optimizer, weighted, kl_coef=config.kl, clip=config.clip
+                policy,
+                policy.reference(),
+                optimizer,
+                weighted,
+                kl_coef=config.kl,
+                clip=config.clip,
+                micro_batch=config.micro_batch,
             )
+            memory.give_back()  # as the recipe does after its step
         result = {"loss": stats.loss, "kl": stats.kl, "clipped": stats.clipped}
     else:
         result = split_step(policy, optimizer, weighted, variant, phases, score, config.kl, config.clip)
@@ -385,7 +396,7 @@ def run_variant(name: str, work: Path) -> dict[str, Any]:
     result["heldout"] = "(not run)"
     if variant.heldout:
         with phases("held-out check"), torch.no_grad():
-            if variant.heldout_chunk == 32:
+            if variant.heldout_chunk == 8:  # the recipe's own check
                 check = GrpoRecipe._heldout_check(fake, served_view, candidate_view, version)  # type: ignore[arg-type]
                 result["heldout"] = check.detail
             else:

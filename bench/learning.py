@@ -16,7 +16,8 @@ reports and seconds to the target, and a step's parts (propose = train + write t
 tree, each check, swap; publish is the rest of the step), against the baseline of the same run:
 the time the user waited for one group of 8 answers.  The size of a release's weights (the
 LoRA adapter on smollm2, the whole checkpoint on tiny) is read from its LFS object.  Serving
-throughput of a real model is ``bench/serving.py``'s.
+throughput of a real model is ``bench/serving.py``'s.  Memory: each step's peak RSS from its
+record, and the daemon's peak over the run read from outside (the same for every version).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -90,10 +92,50 @@ def _weights_size(repo: Path) -> int:
     return total
 
 
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _hwm(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class _Peaks(threading.Thread):
+    """The highest high-water mark (``VmHWM``) of any process under ``pid`` (the demo's daemon),
+    read every half second: the daemon's peak over the whole run, model loading included, the
+    same for every version of the recipe (older step records hold no peak of their own)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.done = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            self.peak = max([self.peak, *(_hwm(p) for p in _descendants(self.pid))])
+
+
 def loop(model: str, seeds: list[int], target: float) -> None:
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
-            done = subprocess.run(
+            done = _run_watched(
                 [
                     sys.executable,
                     "-m",
@@ -109,9 +151,6 @@ def loop(model: str, seeds: list[int], target: float) -> None:
                     str(target),
                     "--json",
                 ],
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
             )
             try:
                 summary = json.loads(done.stdout[done.stdout.index("{") :])
@@ -156,6 +195,29 @@ def loop(model: str, seeds: list[int], target: float) -> None:
         for name, seconds in rows:
             print(f"  {name:<36} {seconds:8.3f}s  = {seconds / group:6.2f} groups")
         print(f"  a release's weights in LFS: {size / 1e6:.2f} MB")
+        peaks = [s["peak_rss_bytes"] / 1e6 for s in steps if "peak_rss_bytes" in s]
+        if peaks:
+            shown = "  ".join(f"{p:.0f}" for p in peaks)
+            print(f"  peak RSS of each step (MB, its record): {shown}; max {max(peaks):.0f}")
+        print(f"  the daemon's peak RSS over the run (VmHWM): {done.peak / 1e6:.0f} MB")
+
+
+class _Watched(subprocess.CompletedProcess):
+    peak: int = 0
+
+
+def _run_watched(command: list[str]) -> _Watched:
+    """``command`` run to its end (output captured), with its processes' peak RSS."""
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, cwd=ROOT) as proc:
+        peaks = _Peaks(proc.pid)
+        peaks.start()
+        out, err = proc.communicate()
+        peaks.done.set()
+        peaks.join()
+    done = _Watched(command, proc.returncode, out, err)
+    done.peak = peaks.peak
+    return done
 
 
 def main() -> None:
@@ -208,7 +270,10 @@ def main() -> None:
     reference = engine.base_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
     step_s, _ = timed(
-        lambda: policy_step(model, reference, optimizer, weighted, kl_coef=0.05, clip=0.2), steps
+        lambda: policy_step(
+            model, reference, optimizer, weighted, kl_coef=0.05, clip=0.2, micro_batch=len(weighted)
+        ),
+        steps,
     )
     estimate_s, _ = timed(lambda: estimate_reward(model, held), 10)
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,5 +18,5 @@ trainer; nothing on the CPU path imports it.
 Does not own: serving the model (``reef_core.upstream``), the models themselves
 (``reef_core.models``), the worker that runs the steps (``reef_core.learning``).
 May import: ``torch``, ``safetensors``, ``peft``, ``reef_core.errors``, ``reef_core.learning``,
-``reef_core.models``, ``reef_core.store``, ``reef_core.upstream``.
+``reef_core.memory``, ``reef_core.models``, ``reef_core.store``, ``reef_core.upstream``.
 """

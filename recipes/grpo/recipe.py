@@ -34,6 +34,7 @@ from recipes.grpo.objective import (
     policy_step,
 )
 from recipes.grpo.samples import Sample, read_scored, recent
+from reef_core import memory
 from reef_core.errors import ConfigError, StoreError
 from reef_core.learning import Batch, Candidate, CheckResult, Recipe, RecipeContext
 from reef_core.learning.canary import canary_key
@@ -74,6 +75,9 @@ class GrpoConfig:
     lora: bool = True  # transformers models: train a LoRA adapter (all weights is not built)
     lora_rank: int = 16
     lora_alpha: float = 32.0
+    # answers in one forward with grad on a transformers model, gradients accumulated over the
+    # batch (the update is the batch's): the step's memory is that of a few answers, not the group
+    micro_batch: int = 2
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GrpoConfig:
@@ -99,7 +103,7 @@ class GrpoConfig:
                 values[key] = kind(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"recipe.config.{key} must be a {kind.__name__}", field=key) from None
-        for key in ("group_size", "groups_per_step", "epochs", "heldout_min", "lora_rank"):
+        for key in ("group_size", "groups_per_step", "epochs", "heldout_min", "lora_rank", "micro_batch"):
             if key in values and values[key] < 1:
                 raise ConfigError(f"recipe.config.{key} must be 1 or more", field=f"recipe.config.{key}")
         return cls(**values)
@@ -372,7 +376,10 @@ class GrpoRecipe(Recipe):
             kl_coef=self.config.kl,
             clip=self.config.clip,
             epochs=self.config.epochs,
+            # the embedded model's activations are small: its batch goes in one forward
+            micro_batch=self.config.micro_batch if self.adapters else len(weighted),
         )
+        memory.give_back()  # the activations the step freed, before the checks run on top
         train_seconds = round(time.perf_counter() - started, 4)
         self.stats["train_seconds"].append(train_seconds)
         metrics = {
@@ -427,8 +434,11 @@ class GrpoRecipe(Recipe):
         version = candidate.record["trained_from_version"]
 
         def heldout_score() -> CheckResult:
-            with torch.no_grad():
-                return self._heldout_check(served, model, version)
+            try:
+                with torch.no_grad():
+                    return self._heldout_check(served, model, version)
+            finally:
+                memory.give_back()
 
         def no_collapse() -> CheckResult:
             answers = answer(corpus.heldout_prompts(n=8))

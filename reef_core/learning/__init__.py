@@ -10,7 +10,8 @@
 
 Does not own: what any recipe learns (``recipes/``), the HTTP surface (``daemon``).
 May import: ``reef_core.store``, ``reef_core.config``, ``reef_core.errors``, ``reef_core.sessions``
-(what a session is), ``reef_core.release`` (the canary's sequential test).
+(what a session is), ``reef_core.release`` (the canary's sequential test),
+``reef_core.memory`` (a step's peak).
 """
 
 from reef_core.learning.loader import load_recipe

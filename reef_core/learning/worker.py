@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from reef_core import memory
 from reef_core.errors import ConflictError
 from reef_core.learning.canary import SETTINGS as CANARY_SETTINGS
 from reef_core.learning.canary import CanaryWatch, plan_from_config
@@ -173,6 +174,14 @@ class LearningWorker:
         self.state = "stopped"
 
     def _step(self, batch: Batch) -> None:
+        """One step, its peak memory in its record; what it freed handed back after it."""
+        try:
+            with memory.watch() as peak:
+                self._step_watched(batch, peak)
+        finally:
+            memory.give_back()
+
+    def _step_watched(self, batch: Batch, peak: memory.Peak) -> None:
         self.state = "stepping"
         started = time.perf_counter()
         self.proposed_seconds = 0.0
@@ -207,6 +216,7 @@ class LearningWorker:
                 seconds,
                 retry=attempt < _CONFLICT_RETRIES,
                 told=skipped_record,
+                peak_rss=peak.read(),
             )
             release, step = settled.release, settled.step
             if settled.rebased is None or candidate is None:
@@ -277,6 +287,7 @@ class LearningWorker:
         *,
         retry: bool,
         told: dict[str, Any] | None = None,
+        peak_rss: int | None = None,
     ) -> _Settled:
         chain = self.scenario.releases
         record = {
@@ -296,6 +307,9 @@ class LearningWorker:
             ],
             "seconds": round(seconds, 3),
             "propose_seconds": round(self.proposed_seconds, 3),
+            # the daemon's peak resident memory while the step proposed and checked
+            # (reef_core.memory)
+            **({"peak_rss_bytes": peak_rss} if peak_rss is not None else {}),
         }
         tree = candidate.tree if candidate else (base.tree if base else _empty_tree(self.scenario))
         ask = candidate.ask if candidate else None

@@ -8,7 +8,8 @@
 torch is imported only here (this package), by the local engine and by the grpo recipe; the
 rest of reef_core stays importable without it.  This package itself imports nothing, so naming
 it costs no torch import.
-May import: ``torch``, ``safetensors``, ``transformers``, ``gguf``, ``reef_core.errors``.
+May import: ``torch``, ``safetensors``, ``transformers``, ``gguf``, ``reef_core.errors``,
+``reef_core.memory``.
 """
 
 from __future__ import annotations

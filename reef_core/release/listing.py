@@ -144,6 +144,8 @@ def release_listing(reader: ScenarioReader, tokens: Sequence[str] = ()) -> dict[
                 "approved_by": became.approved_by if became else None,
                 "approved_at": became.approved_at if became else None,
                 "metrics": _metrics(c.record),
+                # the daemon's peak resident memory while the step ran (None: not measured)
+                "peak_rss_bytes": c.record.get("peak_rss_bytes"),
                 "pending": c.step in pending,
                 "rejected_by_person": c.step in rejected,
                 # only for what waits for a person: reading two trees per step costs too much

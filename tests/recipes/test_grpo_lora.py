@@ -79,6 +79,85 @@ def test_lora_steps_rewarding_a_token_raise_its_logprob_and_leave_the_base_alone
     assert all(k.endswith(("lora_A.weight", "lora_B.weight")) for k in trained)
 
 
+def scored(engine: TransformersEngine, policy: LoraPolicy, seed: int) -> list[tuple[Sample, float]]:
+    """Two groups of answers of several lengths to two prompts, scored by their first token."""
+    generator = torch.Generator().manual_seed(seed)
+    groups = []
+    for text in ("hi", "what is the time in the river town?"):
+        chat = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        prompt = [int(t) for t in engine.tokenizer.encode(chat)]
+        responses = [
+            [int(t) for t in torch.randint(0, 256, (int(n),), generator=generator)]
+            for n in torch.randint(1, 7, (6,), generator=generator)
+        ]
+        with torch.no_grad():
+            old, _ = policy.sequence_logprobs([prompt] * len(responses), responses)
+        groups.append(
+            [
+                Sample(
+                    f"r{i}",
+                    "rep",
+                    tuple(prompt),
+                    tuple(r),
+                    tuple(old[i, : len(r)].tolist()),
+                    float(r[0] % 2),
+                    0,
+                )
+                for i, r in enumerate(responses)
+            ]
+        )
+    return group_advantages(groups)
+
+
+def test_a_step_in_micro_batches_makes_the_update_of_the_whole_batch(engine: TransformersEngine):
+    """Gradients accumulated over micro-batches of 1, 3 or 5 answers move the adapter as one
+    backward over all 12 does (up to the order of a sum), and the step reports the same stats."""
+    policy = LoraPolicy(engine, LoraSettings(), seed=0)
+    policy.load({k: v + 0.01 for k, v in policy.initial.items()})  # B ≠ 0: every weight has a gradient
+    start = policy.state()
+    weighted = scored(engine, policy, seed=1)
+    assert len(weighted) == 12
+
+    def step(micro: int) -> tuple[dict[str, torch.Tensor], Any]:
+        policy.load(start)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)
+        stats = policy_step(
+            policy, policy.reference(), optimizer, weighted, kl_coef=0.05, clip=0.2, micro_batch=micro
+        )
+        return policy.state(), stats
+
+    whole, whole_stats = step(12)
+    moved = max(float((whole[k] - start[k]).abs().max()) for k in whole)
+    assert moved > 1e-3  # the step did move the adapter
+    for micro in (1, 3, 5):
+        state, stats = step(micro)
+        assert max(float((state[k] - whole[k]).abs().max()) for k in whole) < moved * 1e-4
+        assert stats.loss == pytest.approx(whole_stats.loss, rel=1e-5, abs=1e-7)
+        assert stats.kl == pytest.approx(whole_stats.kl, rel=1e-5, abs=1e-9)
+        assert stats.clipped == pytest.approx(whole_stats.clipped, abs=1e-9)
+        assert stats.samples == 12
+
+
+def test_answer_log_probs_are_those_of_the_models_full_logits(engine: TransformersEngine):
+    """The score reads the vocabulary's logits only where an answer token is predicted; each
+    answer token's log-prob is the one the model's whole output gives, at each row's temperature,
+    for rows of different prompt and answer lengths (an empty answer included)."""
+    from recipes.grpo.policy import causal_logprobs
+
+    model = engine.model
+    prompts = [[5, 6, 7, 8, 9], [5, 6], [11, 12, 13], [4, 4, 4, 4]]
+    responses = [[20, 21, 22], [30], [40, 41, 42, 43, 44], []]
+    temperatures = [1.0, 0.7, 1.3, 1.0]
+    with torch.no_grad():
+        logp, mask = causal_logprobs(model, int(engine.pad), prompts, responses, temperatures)
+        for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            row = torch.tensor([[*prompt, *response]])
+            full = torch.log_softmax(model(input_ids=row).logits[0].float() / temperatures[i], dim=-1)
+            expected = [float(full[len(prompt) - 1 + j, t]) for j, t in enumerate(response)]
+            assert logp[i, : len(response)].tolist() == pytest.approx(expected, abs=1e-5)
+            assert mask[i].tolist() == [1.0] * len(response) + [0.0] * (logp.shape[1] - len(response))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full-weights"])
 def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_path: Path, lora: bool):
@@ -143,6 +222,13 @@ def test_grpo_trains_an_adapter_releases_it_in_lfs_serves_it_and_rolls_back(tmp_
             settled, rows = (settled + 1 if len(releases()) == len(rows) else 0), releases()
         trained = [r for r in rows if r["operation"] == "training"]
         assert len(trained) >= 2 and rows[-1]["operation"] == "creation", rows
+        # each step says the daemon's peak memory while it ran: at least the served weights,
+        # at most the process's peak virtual size
+        status = Path("/proc/self/status").read_text()
+        virtual_peak = int(status.split("VmPeak:")[1].split()[0]) * 1024
+        weights = sum(p.numel() * p.element_size() for p in reef.app[DAEMON].engine.model.parameters())
+        steps = client.get("/reef/scenarios/lora/releases").json()["steps"]
+        assert steps and all(weights < s["peak_rss_bytes"] <= virtual_peak for s in steps), steps
         now = served()
         assert now[1] == rows[0]["number"] and now[0] != base[0]
 
