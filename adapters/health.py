@@ -42,11 +42,24 @@ from reef_core.errors import InvalidInput
 from reef_core.harness.health import HEALTH_TASK, HarnessBinary, HealthResult
 from reef_core.procs import ProcessRun, last_line, quote, run_captured
 
-__all__ = ["HarnessHealth", "Sandbox", "indented_after", "validate_files"]
+__all__ = ["HarnessHealth", "Sandbox", "env_routing", "indented_after", "validate_files"]
 
 _ANSWER_PREVIEW = 80
 _STDERR_TAIL = 4000
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
+#: the credential a routed run sends when the daemon has no tokens (then any is accepted)
+_PLACEHOLDER_KEY = "reef-local"
+
+
+def env_routing(scenario: str, token: str | None, *, tagged: bool) -> dict[str, str]:
+    """:meth:`HarnessHealth.routing` for a harness whose rendered provider reads reef's headers
+    from the environment (pi, Codex, opencode; the URL is in the rendered config): the scenario,
+    the credential, capture off, and for a provider that sends them (``tagged``) the run and
+    release tags, both ``health``."""
+    env = {"REEF_SCENARIO": scenario, "REEF_API_KEY": token or _PLACEHOLDER_KEY, "REEF_CAPTURE": "false"}
+    if tagged:
+        env |= {"REEF_RUN_TAG": "health", "REEF_RELEASE_TAG": "health"}
+    return env
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,11 @@ import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from adapters.launcher import Harness
-from reef_core.harness.render import InstallPlan
+from reef_core.harness.render import InstallPlan, Renderer, Target
 from reef_core.hosts import is_loopback, url_host
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "RELEASE_TAG_HEADER",
     "RUN_TAG_ENV",
     "RUN_TAG_HEADER",
+    "AdapterInstaller",
     "Spec",
     "launcher_source",
     "plain_http_beyond_loopback",
@@ -489,3 +490,38 @@ REEF_SIDECAR
 
 reef_install "$@"
 """
+
+
+class AdapterInstaller:
+    """An adapter's installer on this core (:class:`~reef_core.harness.render.Installer`): a
+    subclass names its :class:`Spec`, its renderer, the API its harness speaks, whether it sends
+    the run and release tag headers from the environment; the script's notes are the renderer's
+    :meth:`~reef_core.harness.render.Renderer.skipped`, what the tree holds that the harness has
+    no form for."""
+
+    adapter: str
+    spec: Spec
+    #: the wire API the installed harness speaks; ``None`` keeps the plan's
+    api: str | None = None
+    #: the harness sends ``x-reef-tag-run`` and ``x-reef-tag-release`` from the environment
+    #: (pi, Codex, opencode); Claude Code's launcher sends them another way
+    env_tags: bool = True
+
+    def renderer(self) -> Renderer:
+        raise NotImplementedError
+
+    def target(self, plan: InstallPlan) -> Target:
+        """The plan's target as the installed harness reaches reef."""
+        headers = dict(plan.target.headers)
+        if self.env_tags:
+            headers |= {RUN_TAG_HEADER: RUN_TAG_ENV, RELEASE_TAG_HEADER: RELEASE_TAG_ENV}
+        return replace(plan.target, api=self.api or plan.target.api, headers=headers)
+
+    def script(self, plan: InstallPlan) -> str:
+        target = self.target(plan)
+        renderer = self.renderer()
+        spec = replace(self.spec, notes=tuple(renderer.skipped(plan.tree)))
+        return script(spec, replace(plan, target=target), renderer.render(plan.tree, target))
+
+    def files(self, plan: InstallPlan) -> dict[str, bytes]:
+        return self.renderer().render(plan.tree, self.target(plan))

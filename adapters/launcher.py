@@ -259,6 +259,14 @@ def main(
         return 130
 
 
+def hook_verb(ctx: Context, args: list[str]) -> int:
+    """The ``hook`` verb of the harnesses whose hooks call their launcher (Claude Code, Codex,
+    opencode): ``adapters.hooks``, imported when a hook runs, since it imports this module."""
+    from adapters import hooks
+
+    return hooks.run(ctx, args)
+
+
 def entry(harness: Harness) -> Callable[..., int]:
     """The ``main`` of one adapter's launcher: :func:`main` with ``harness`` given."""
     return functools.partial(main, harness)

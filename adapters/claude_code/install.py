@@ -10,12 +10,10 @@ A tree's pi extensions have no Claude Code form: the script says which it left o
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from adapters import installer
 from adapters.claude_code.launcher import CLAUDE
-from adapters.claude_code.render import ClaudeCodeRenderer, skipped
-from reef_core.harness.render import InstallPlan
+from adapters.claude_code.render import ClaudeCodeRenderer
+from reef_core.harness.render import Renderer
 
 __all__ = ["CLAUDE_PACKAGE", "CLAUDE_VERSION", "SPEC", "ClaudeCodeInstaller"]
 
@@ -33,15 +31,13 @@ SPEC = installer.Spec(
 )
 
 
-class ClaudeCodeInstaller:
+class ClaudeCodeInstaller(installer.AdapterInstaller):
     """Writes the ``curl … | sh`` script that installs one release for Claude Code."""
 
     adapter = "claude_code"
+    spec = SPEC
+    api = "anthropic"
+    env_tags = False
 
-    def script(self, plan: InstallPlan) -> str:
-        target = replace(plan.target, api="anthropic")
-        spec = replace(SPEC, notes=tuple(skipped(plan.tree)))
-        return installer.script(spec, replace(plan, target=target), self.files(plan))
-
-    def files(self, plan: InstallPlan) -> dict[str, bytes]:
-        return ClaudeCodeRenderer().render(plan.tree, replace(plan.target, api="anthropic"))
+    def renderer(self) -> Renderer:
+        return ClaudeCodeRenderer()

@@ -125,12 +125,6 @@ def _run_claude(ctx: Context, args: list[str]) -> int:
     return core.exec_harness(ctx, claude, ["--settings", str(settings), *args], run_env)
 
 
-def _hook(ctx: Context, args: list[str]) -> int:
-    from adapters import hooks
-
-    return hooks.run(ctx, args)
-
-
 CLAUDE = core.Harness(
     adapter="claude_code",
     binary="claude",
@@ -139,7 +133,7 @@ CLAUDE = core.Harness(
     config_env="CLAUDE_CONFIG_DIR",
     min_version=CLAUDE_MIN_VERSION,
     run=_run_claude,
-    extra={"hook": _hook},
+    extra={"hook": core.hook_verb},
 )
 
 

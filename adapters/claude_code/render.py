@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reef_core.harness.render import Target, check_hook_groups, entry_files, tree_context
+from reef_core.harness.render import Target, check_hook_groups, entry_files, refuse_owned, tree_context
 from reef_core.harness.tree import HarnessTree, TreeError
 
 __all__ = [
@@ -162,12 +162,9 @@ def _check_settings(settings: dict[str, Any]) -> None:
     for key, value in (env or {}).items():
         if key.startswith(_OWNED_ENV_PREFIXES) or (key in TRAFFIC_SWITCHES and str(value) != "1"):
             owned.append(f"env.{key}")
-    if owned:
-        raise TreeError(
-            f"config/settings.json sets {', '.join(owned)}, which reef owns for Claude Code (the model "
-            "endpoint, credentials and traffic switches): remove them",
-            field="config/settings.json",
-        )
+    refuse_owned(
+        owned, "config/settings.json", "Claude Code (the model endpoint, credentials and traffic switches)"
+    )
     check_hook_groups(settings.get("hooks"), "config/settings.json")
 
 

@@ -26,12 +26,11 @@ from pathlib import Path
 
 from adapters.codex.launcher import CODEX_MIN_VERSION, write_config
 from adapters.codex.render import REEF_CONFIG
-from adapters.health import HarnessHealth, Sandbox
+from adapters.health import HarnessHealth, Sandbox, env_routing
 from reef_core.procs import ProcessRun, first_line
 
 __all__ = ["CODEX_MIN_VERSION", "CodexHealth"]
 
-_PLACEHOLDER_KEY = "reef-local"
 _CONFIG_ERROR = ("Error loading config", "error loading config", "Error: ")
 
 
@@ -62,14 +61,7 @@ class CodexHealth(HarnessHealth):
         )
 
     def routing(self, reef_url: str, scenario: str, token: str | None = None) -> dict[str, str]:
-        # the URL is in the rendered reef-config.toml; the rest it reads from the environment
-        return {
-            "REEF_SCENARIO": scenario,
-            "REEF_API_KEY": token or _PLACEHOLDER_KEY,
-            "REEF_CAPTURE": "false",
-            "REEF_RUN_TAG": "health",
-            "REEF_RELEASE_TAG": "health",
-        }
+        return env_routing(scenario, token, tagged=True)
 
     def prepare(self, box: Sandbox) -> None:
         if (box.config / REEF_CONFIG).exists():

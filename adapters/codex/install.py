@@ -12,13 +12,10 @@ at the install.  The provider reads the run and release headers from ``REEF_RUN_
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from adapters import installer
 from adapters.codex.launcher import CODEX
-from adapters.codex.render import CodexRenderer, skipped
-from adapters.installer import RELEASE_TAG_ENV, RELEASE_TAG_HEADER, RUN_TAG_ENV, RUN_TAG_HEADER
-from reef_core.harness.render import InstallPlan, Target
+from adapters.codex.render import CodexRenderer
+from reef_core.harness.render import Renderer
 
 __all__ = ["CODEX_PACKAGE", "CODEX_VERSION", "SPEC", "CodexInstaller"]
 
@@ -36,20 +33,12 @@ SPEC = installer.Spec(
 )
 
 
-class CodexInstaller:
+class CodexInstaller(installer.AdapterInstaller):
     """Writes the ``curl … | sh`` script that installs one release for Codex."""
 
     adapter = "codex"
+    spec = SPEC
+    api = "openai"
 
-    def script(self, plan: InstallPlan) -> str:
-        spec = replace(SPEC, notes=tuple(skipped(plan.tree)))
-        return installer.script(spec, replace(plan, target=_target(plan)), self.files(plan))
-
-    def files(self, plan: InstallPlan) -> dict[str, bytes]:
-        return CodexRenderer().render(plan.tree, _target(plan))
-
-
-def _target(plan: InstallPlan) -> Target:
-    """OpenAI's Responses API, with the headers only an installed Codex sends: its run and its tree."""
-    headers = {**plan.target.headers, RUN_TAG_HEADER: RUN_TAG_ENV, RELEASE_TAG_HEADER: RELEASE_TAG_ENV}
-    return replace(plan.target, api="openai", headers=headers)
+    def renderer(self) -> Renderer:
+        return CodexRenderer()

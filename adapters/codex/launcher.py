@@ -168,12 +168,6 @@ def _run_codex(ctx: Context, args: list[str]) -> int:
     return core.exec_harness(ctx, codex, args, run_env)
 
 
-def _hook(ctx: Context, args: list[str]) -> int:
-    from adapters import hooks
-
-    return hooks.run(ctx, args)
-
-
 CODEX = core.Harness(
     adapter="codex",
     binary="codex",
@@ -184,7 +178,7 @@ CODEX = core.Harness(
     run=_run_codex,
     command_prefix=":",
     in_session_install=":versions {name} install",
-    extra={"hook": _hook},
+    extra={"hook": core.hook_verb},
 )
 
 

@@ -41,7 +41,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from reef_core.harness.render import Target, agents_md, agents_md_context, check_hook_groups, entry_files
+from reef_core.harness.render import (
+    AgentsMdRenderer,
+    Target,
+    agents_md,
+    check_hook_groups,
+    entry_files,
+    refuse_owned,
+)
 from reef_core.harness.tree import HarnessTree, TreeError, parse_frontmatter
 
 __all__ = [
@@ -157,19 +164,17 @@ def _check_config(config: dict[str, Any]) -> None:
     if features is not None and not isinstance(features, dict):
         raise TreeError("config/codex.json: features must be an object", field="config/codex.json")
     owned += [f"features.{key}" for key in _FEATURES if key in (features or {})]
-    if owned:
-        raise TreeError(
-            f"config/codex.json sets {', '.join(owned)}, which reef owns for Codex (the model, where it "
-            "is served and the traffic switches): remove them",
-            field="config/codex.json",
-        )
+    refuse_owned(owned, "config/codex.json", "Codex (the model, where it is served and the traffic switches)")
     check_hook_groups(config.get("hooks"), "config/codex.json")
 
 
-class CodexRenderer:
+class CodexRenderer(AgentsMdRenderer):
     """Renders a harness tree into a Codex home (see the module docstring)."""
 
     adapter = "codex"
+    facts_text = _FACTS
+    skills_title = _SKILLS_TITLE  # Codex sends AGENTS.md verbatim inside its instructions message
+    skipped = staticmethod(skipped)
 
     def render(self, tree: HarnessTree, target: Target) -> dict[str, bytes]:
         files = entry_files(tree, "Codex", _LAYOUT)
@@ -198,16 +203,6 @@ class CodexRenderer:
             }
         ).encode("utf-8")
         return dict(sorted(files.items()))
-
-    def skipped(self, tree: HarnessTree) -> list[str]:
-        return skipped(tree)
-
-    def facts(self) -> str:
-        return _FACTS
-
-    def prompt_context(self, system: str, served: HarnessTree | None, tree: HarnessTree) -> str:
-        # Codex sends AGENTS.md verbatim inside its instructions message
-        return agents_md_context(system, served, tree, skills_title=_SKILLS_TITLE)
 
     @staticmethod
     def _provider(target: Target) -> dict[str, Any]:

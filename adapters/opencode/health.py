@@ -25,14 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from adapters.health import HarnessHealth, Sandbox
+from adapters.health import HarnessHealth, Sandbox, env_routing
 from adapters.opencode.launcher import OPENCODE_MIN_VERSION, TRAFFIC_SWITCHES
 from adapters.opencode.render import NPM_STUBS
 from reef_core.procs import ProcessRun, first_line
 
 __all__ = ["OPENCODE_MIN_VERSION", "OpencodeHealth"]
-
-_PLACEHOLDER_KEY = "reef-local"
 
 
 class OpencodeHealth(HarnessHealth):
@@ -74,14 +72,7 @@ class OpencodeHealth(HarnessHealth):
         )
 
     def routing(self, reef_url: str, scenario: str, token: str | None = None) -> dict[str, str]:
-        # the URL is in the rendered opencode.json; the rest it reads from the environment
-        return {
-            "REEF_SCENARIO": scenario,
-            "REEF_API_KEY": token or _PLACEHOLDER_KEY,
-            "REEF_CAPTURE": "false",
-            "REEF_RUN_TAG": "health",
-            "REEF_RELEASE_TAG": "health",
-        }
+        return env_routing(scenario, token, tagged=True)
 
     def prepare(self, box: Sandbox) -> None:
         # opencode's global config dir is a config dir too: without the stubs it runs npm there

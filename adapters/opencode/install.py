@@ -12,13 +12,10 @@ always exports.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from adapters import installer
-from adapters.installer import RELEASE_TAG_ENV, RELEASE_TAG_HEADER, RUN_TAG_ENV, RUN_TAG_HEADER
 from adapters.opencode.launcher import OPENCODE
-from adapters.opencode.render import OPENCODE_VERSION, OpencodeRenderer, skipped
-from reef_core.harness.render import InstallPlan, Target
+from adapters.opencode.render import OPENCODE_VERSION, OpencodeRenderer
+from reef_core.harness.render import Renderer
 
 __all__ = ["OPENCODE_PACKAGE", "OPENCODE_VERSION", "SPEC", "OpencodeInstaller"]
 
@@ -36,20 +33,12 @@ SPEC = installer.Spec(
 )
 
 
-class OpencodeInstaller:
+class OpencodeInstaller(installer.AdapterInstaller):
     """Writes the ``curl … | sh`` script that installs one release for opencode."""
 
     adapter = "opencode"
+    spec = SPEC
+    api = "openai"
 
-    def script(self, plan: InstallPlan) -> str:
-        spec = replace(SPEC, notes=tuple(skipped(plan.tree)))
-        return installer.script(spec, replace(plan, target=_target(plan)), self.files(plan))
-
-    def files(self, plan: InstallPlan) -> dict[str, bytes]:
-        return OpencodeRenderer().render(plan.tree, _target(plan))
-
-
-def _target(plan: InstallPlan) -> Target:
-    """OpenAI's chat completions, with the headers only an installed opencode sends: its run and its tree."""
-    headers = {**plan.target.headers, RUN_TAG_HEADER: RUN_TAG_ENV, RELEASE_TAG_HEADER: RELEASE_TAG_ENV}
-    return replace(plan.target, api="openai", headers=headers)
+    def renderer(self) -> Renderer:
+        return OpencodeRenderer()

@@ -50,12 +50,6 @@ def _run_opencode(ctx: Context, args: list[str]) -> int:
     return core.exec_harness(ctx, opencode, args, run_env)
 
 
-def _hook(ctx: Context, args: list[str]) -> int:
-    from adapters import hooks
-
-    return hooks.run(ctx, args)
-
-
 OPENCODE = core.Harness(
     adapter="opencode",
     binary="opencode",
@@ -64,7 +58,7 @@ OPENCODE = core.Harness(
     config_env="OPENCODE_CONFIG_DIR",
     min_version=OPENCODE_MIN_VERSION,
     run=_run_opencode,
-    extra={"hook": _hook},
+    extra={"hook": core.hook_verb},
 )
 
 

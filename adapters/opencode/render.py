@@ -39,7 +39,7 @@ import json
 import re
 from typing import Any
 
-from reef_core.harness.render import Target, agents_md, agents_md_context, entry_files
+from reef_core.harness.render import AgentsMdRenderer, Target, agents_md, entry_files, refuse_owned
 from reef_core.harness.tree import HarnessTree, TreeError
 
 __all__ = [
@@ -251,18 +251,19 @@ def _check_config(text: str, config: dict[str, Any]) -> None:
                 f"config/opencode.json: {table} must map names to objects", field="config/opencode.json"
             )
         owned += [f"{table}.{name}.model" for name, value in entries.items() if "model" in value]
-    if owned:
-        raise TreeError(
-            f"config/opencode.json sets {', '.join(owned)}, which reef owns for opencode (the model, "
-            "where it is served and what reaches the network): remove them",
-            field="config/opencode.json",
-        )
+    refuse_owned(
+        owned, "config/opencode.json", "opencode (the model, where it is served and what reaches the network)"
+    )
 
 
-class OpencodeRenderer:
+class OpencodeRenderer(AgentsMdRenderer):
     """Renders a harness tree into an opencode config dir (see the module docstring)."""
 
     adapter = "opencode"
+    facts_text = _FACTS
+    # opencode copies AGENTS.md verbatim into its system prompt, after "Instructions from: <path>"
+    skills_title = _SKILLS_TITLE
+    skipped = staticmethod(skipped)
 
     def render(self, tree: HarnessTree, target: Target) -> dict[str, bytes]:
         files = entry_files(tree, "opencode", _LAYOUT)
@@ -289,16 +290,6 @@ class OpencodeRenderer:
             }
         )
         return dict(sorted(files.items()))
-
-    def skipped(self, tree: HarnessTree) -> list[str]:
-        return skipped(tree)
-
-    def facts(self) -> str:
-        return _FACTS
-
-    def prompt_context(self, system: str, served: HarnessTree | None, tree: HarnessTree) -> str:
-        # opencode copies AGENTS.md verbatim into its system prompt, after "Instructions from: <path>"
-        return agents_md_context(system, served, tree, skills_title=_SKILLS_TITLE)
 
     @staticmethod
     def _provider(target: Target) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from adapters.health import HarnessHealth, Sandbox, indented_after
+from adapters.health import HarnessHealth, Sandbox, env_routing, indented_after
 from adapters.pi.launcher import PI_MIN_VERSION
 from reef_core.harness.health import HarnessBinary, HealthResult
 from reef_core.procs import ProcessRun, first_line
@@ -59,7 +59,6 @@ _LOAD_FAILURE = re.compile(
     r"^(Error: Failed to load extension |Extension error \(|Warning: \([^)]*settings\) )"
 )
 _MODELS_ERROR = "errors loading models.json:"
-_PLACEHOLDER_KEY = "reef-local"
 
 
 class PiHealth(HarnessHealth):
@@ -87,8 +86,7 @@ class PiHealth(HarnessHealth):
         return f"pi {PI_MIN_VERSION} or newer was not found: run scripts/setup.sh --dev, or set REEF_PI"
 
     def routing(self, reef_url: str, scenario: str, token: str | None = None) -> dict[str, str]:
-        # the URL is in the rendered models.json; the rest it reads from the environment
-        return {"REEF_SCENARIO": scenario, "REEF_API_KEY": token or _PLACEHOLDER_KEY, "REEF_CAPTURE": "false"}
+        return env_routing(scenario, token, tagged=False)
 
     def prepare(self, box: Sandbox) -> None:
         # deep-merged over the candidate's settings.json; see the module docstring

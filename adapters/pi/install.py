@@ -17,8 +17,6 @@ always exports them): ``x-reef-scenario`` from ``REEF_SCENARIO`` and ``x-reef-ta
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from adapters import installer
 from adapters.installer import (
     RELEASE_TAG_ENV,
@@ -29,7 +27,7 @@ from adapters.installer import (
 )
 from adapters.pi.launcher import PI, PI_MIN_VERSION
 from adapters.pi.render import PiRenderer
-from reef_core.harness.render import InstallPlan, Target
+from reef_core.harness.render import Renderer
 
 __all__ = [
     "PI_MIN_VERSION",
@@ -61,20 +59,11 @@ SPEC = installer.Spec(
 )
 
 
-class PiInstaller:
+class PiInstaller(installer.AdapterInstaller):
     """Writes the ``curl … | sh`` script that installs one release for pi."""
 
     adapter = "pi"
+    spec = SPEC
 
-    def script(self, plan: InstallPlan) -> str:
-        target = _target(plan)
-        return installer.script(SPEC, replace(plan, target=target), PiRenderer().render(plan.tree, target))
-
-    def files(self, plan: InstallPlan) -> dict[str, bytes]:
-        return PiRenderer().render(plan.tree, _target(plan))
-
-
-def _target(plan: InstallPlan) -> Target:
-    """The plan's target with the headers only an installed pi sends: its run and its tree."""
-    headers = {**plan.target.headers, RUN_TAG_HEADER: RUN_TAG_ENV, RELEASE_TAG_HEADER: RELEASE_TAG_ENV}
-    return replace(plan.target, headers=headers)
+    def renderer(self) -> Renderer:
+        return PiRenderer()

@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reef_core.harness.render import Target, agents_md, agents_md_context, entry_files
+from reef_core.harness.render import AgentsMdRenderer, Target, agents_md, entry_files
 from reef_core.harness.tree import HarnessTree
 
 __all__ = ["CONTEXT_WINDOW", "MAX_TOKENS", "REEF_EXTENSION", "PiRenderer", "reef_extension"]
@@ -99,10 +99,12 @@ def _json(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-class PiRenderer:
+class PiRenderer(AgentsMdRenderer):
     """Renders a harness tree into pi's agent-dir layout (see the module docstring)."""
 
     adapter = "pi"
+    facts_text = _FACTS
+    skills_title = _SKILLS_TITLE  # pi copies AGENTS.md into its system prompt verbatim
 
     def render(self, tree: HarnessTree, target: Target) -> dict[str, bytes]:
         files = entry_files(tree, "pi", _LAYOUT)
@@ -116,16 +118,6 @@ class PiRenderer:
         files["settings.json"] = _json(settings)
         files["models.json"] = _json(self._models(target))
         return dict(sorted(files.items()))
-
-    def skipped(self, tree: HarnessTree) -> list[str]:
-        return []  # pi has a form for every kind of entry
-
-    def facts(self) -> str:
-        return _FACTS
-
-    def prompt_context(self, system: str, served: HarnessTree | None, tree: HarnessTree) -> str:
-        # pi copies AGENTS.md into its system prompt verbatim
-        return agents_md_context(system, served, tree, skills_title=_SKILLS_TITLE)
 
     @staticmethod
     def _models(target: Target) -> dict[str, Any]:

@@ -7,6 +7,7 @@
 | ``auth``           | bearer tokens: every route but ``/healthz`` needs one when tokens are set |
 | ``errors``         | the one table from reef's errors to HTTP statuses, as middleware |
 | ``parsing``        | JSON bodies within their limits, and the scenario header |
+| ``headers``        | a request's capture flag, tags and harness, from its headers |
 | ``admission``      | near the open-file limit: wait for room, briefly, then 503 |
 | ``registry``       | the scenarios open for writing: opened on first use, closed when idle |
 | ``inference``      | ``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses`` |

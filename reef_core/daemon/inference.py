@@ -25,6 +25,7 @@ from reef_core import jsonio
 from reef_core.daemon.auth import presented_token
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
+from reef_core.daemon.headers import captured, harness_of, tags_of
 from reef_core.daemon.logs import REQUEST_ID_HEADER, note_receipt, request_id
 from reef_core.daemon.metrics import METRICS, note_upstream
 from reef_core.daemon.parsing import inference_scenario, json_body
@@ -76,78 +77,6 @@ routes = web.RouteTableDef()
 
 
 # -- reading the request -------------------------------------------------------------------
-
-
-def _capture(request: web.Request) -> bool:
-    raw = request.headers.get("x-reef-capture")
-    if raw is None:
-        return True
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise InvalidInput(f"x-reef-capture must be true or false, got {raw!r}", field="x-reef-capture")
-    return value == "true"
-
-
-def _tags(request: web.Request) -> dict[str, str]:
-    """The client's ``x-reef-tag-<name>`` headers; a harness's own session header (Claude Code's
-    ``x-claude-code-session-id``, Codex's ``session-id``, opencode's ``x-session-id``) becomes the
-    ``session`` tag (unless the client sent one), so its records group by the harness's session
-    even when its launcher tags them with its run too."""
-    prefix = "x-reef-tag-"
-    tags = {
-        name[len(prefix) :].lower(): value
-        for name, value in request.headers.items()
-        if name.lower().startswith(prefix) and len(name) > len(prefix) and value
-    }
-    claude = request.headers.get("x-claude-code-session-id")
-    if claude:
-        tags.setdefault("session", claude)
-    codex = request.headers.get("session-id")
-    if codex and _is_codex(request):
-        tags.setdefault("session", codex)
-    opencode = request.headers.get("x-session-id")
-    if opencode and _is_opencode(request):
-        tags.setdefault("session", opencode)
-    return tags
-
-
-def _is_codex(request: web.Request) -> bool:
-    """Codex CLI sent it: reef's Codex provider names it, else Codex's own ``originator``."""
-    named = request.headers.get("x-reef-harness", "").strip().lower()
-    return named == "codex" or request.headers.get("originator", "").startswith("codex")
-
-
-def _is_opencode(request: web.Request) -> bool:
-    """opencode sent it: reef's opencode provider names it, else opencode's own user agent."""
-    named = request.headers.get("x-reef-harness", "").strip().lower()
-    return named == "opencode" or request.headers.get("user-agent", "").startswith("opencode/")
-
-
-#: the harnesses a record can name (``x-reef-harness``), as reef's adapters are called
-HARNESSES = ("pi", "claude_code", "codex", "opencode")
-
-
-def harness_of(request: web.Request) -> str:
-    """Which harness sent the request, for the record's ``harness``: the ``x-reef-harness``
-    header (reef's pi models.json sends it; a value other than :data:`HARNESSES` is refused),
-    else Claude Code by its own session header or user agent, else ``unknown`` (the replay
-    then renders the session with the recipe's configured adapter)."""
-    named = request.headers.get("x-reef-harness")
-    if named is not None:
-        value = named.strip().lower()
-        if value not in HARNESSES:
-            raise InvalidInput(
-                f"x-reef-harness must be one of {', '.join(HARNESSES)}, got {named!r}", field="x-reef-harness"
-            )
-        return value
-    agent = request.headers.get("user-agent", "")
-    if request.headers.get("x-claude-code-session-id") or agent.startswith("claude-cli/"):
-        return "claude_code"
-    if _is_codex(request):
-        return "codex"
-    if _is_opencode(request):
-        return "opencode"
-    return "unknown"
 
 
 def _validate(route: str, body: dict[str, Any], daemon: Daemon) -> None:
@@ -323,28 +252,26 @@ def _translate_answer(answer: Any, exchange: Exchange, body: dict[str, Any], res
 # -- the routes ----------------------------------------------------------------------------
 
 
-@routes.post("/v1/chat/completions")
-@routes.post("/s/{scenario}/v1/chat/completions")
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _inference(request, "chat.completions")
+# each route's path, answered as it is and under ``/s/<scenario>`` (the scenario in the URL)
+_PATHS = {
+    "chat.completions": "/v1/chat/completions",
+    "messages": "/v1/messages",
+    "responses": "/v1/responses",
+    "embeddings": "/v1/embeddings",
+}
 
 
-@routes.post("/v1/messages")
-@routes.post("/s/{scenario}/v1/messages")
-async def messages(request: web.Request) -> web.StreamResponse:
-    return await _inference(request, "messages")
+def _add_route(route: str, path: str) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await _inference(request, route)
+
+    handle.__name__ = route.replace(".", "_")
+    routes.post(path)(handle)
+    routes.post("/s/{scenario}" + path)(handle)
 
 
-@routes.post("/v1/responses")
-@routes.post("/s/{scenario}/v1/responses")
-async def responses(request: web.Request) -> web.StreamResponse:
-    return await _inference(request, "responses")
-
-
-@routes.post("/v1/embeddings")
-@routes.post("/s/{scenario}/v1/embeddings")
-async def embeddings(request: web.Request) -> web.StreamResponse:
-    return await _inference(request, "embeddings")
+for _route, _path in _PATHS.items():
+    _add_route(_route, _path)
 
 
 async def _inference(request: web.Request, route: str) -> web.StreamResponse:
@@ -358,7 +285,7 @@ async def _inference(request: web.Request, route: str) -> web.StreamResponse:
 
 async def _answer(request: web.Request, daemon: Daemon, route: str) -> web.StreamResponse:
     name = inference_scenario(request, daemon.settings.reef.default_scenario)
-    capture = _capture(request)
+    capture = captured(request)
     with span(request, "parse"):
         raw, body = await json_body(request)
         _validate(route, body, daemon)
@@ -381,7 +308,7 @@ async def _exchange(
 ) -> web.StreamResponse:
     release = scenario.releases.tip() if scenario is not None else None
     served = release.name if release else None
-    tags = _tags(request)
+    tags = tags_of(request)
     key = name  # the engine key whose weights answer: the scenario's, or its canary's
     canary = daemon.learners.canary(name) if scenario is not None else None
     if canary is not None and canary.running is not None and canary.running["kind"] == "weights":

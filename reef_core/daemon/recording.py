@@ -33,7 +33,7 @@ class Exchange:
     tags: dict[str, str]
     release: str | None
     upstream_model: str | None
-    harness: str = "unknown"  # which harness sent it (``inference.harness_of``)
+    harness: str = "unknown"  # which harness sent it (``headers.harness_of``)
     started: float = field(default_factory=time.perf_counter)
     ttfb_ms: float | None = None
     status: int = 0

@@ -26,6 +26,7 @@ __all__ = [
     "AGENTS_TITLE",
     "APIS",
     "INSTALLERS",
+    "AgentsMdRenderer",
     "InstallPlan",
     "Installer",
     "Renderer",
@@ -36,6 +37,7 @@ __all__ = [
     "entry_files",
     "installer_for",
     "load_reference",
+    "refuse_owned",
     "renderer_for",
     "tree_context",
 ]
@@ -185,6 +187,35 @@ def agents_md_context(
     for entry in served.of_kind("rule") if served is not None else []:
         text = text.replace(f"## {entry.name}\n\n{entry.content.strip()}\n", "")
     return tree_context(tree, before=text, rules_title=AGENTS_TITLE, skills_title=skills_title)
+
+
+class AgentsMdRenderer:
+    """What the renderers of harnesses that copy :func:`agents_md` into their prompt verbatim
+    (pi, Codex, opencode) share: a subclass sets ``adapter``, ``facts_text`` and
+    ``skills_title``, writes ``render``, and replaces :meth:`skipped` when some kind of entry has
+    no form in its harness."""
+
+    adapter: str
+    facts_text: str
+    skills_title: str
+
+    def skipped(self, tree: HarnessTree) -> list[str]:
+        return []
+
+    def facts(self) -> str:
+        return self.facts_text
+
+    def prompt_context(self, system: str, served: HarnessTree | None, tree: HarnessTree) -> str:
+        return agents_md_context(system, served, tree, skills_title=self.skills_title)
+
+
+def refuse_owned(owned: list[str], path: str, owner: str) -> None:
+    """A tree's harness config file (``path``) may not set the keys reef owns there (``owned``,
+    those it set; ``owner`` says for whom and what they are): a :class:`TreeError` naming them."""
+    if owned:
+        raise TreeError(
+            f"{path} sets {', '.join(owned)}, which reef owns for {owner}: remove them", field=path
+        )
 
 
 def check_hook_groups(hooks: Any, path: str) -> None:
