@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import serving  # noqa: E402
+
 CACHE = ROOT / ".cache" / "bench-models"
 CHAT = "/v1/chat/completions"
 PROMPTS = [
@@ -67,16 +69,9 @@ FORMAT = {"type": "json_schema", "json_schema": {"name": "howto", "schema": SCHE
 
 
 def body(prompt: str, seed: int, max_tokens: int, constrained: bool, stream: bool) -> bytes:
-    request: dict[str, Any] = {
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0.8,
-        "top_p": 0.95,
-        "seed": seed,
-        "stream": stream,
-    }
-    if stream:
-        request["stream_options"] = {"include_usage": True}
+    """bench/serving.py's request, with the schema when ``constrained``."""
+    request = serving.body(prompt, seed, max_tokens, stream)
+    del request["model"]  # the engine is called directly
     if constrained:
         request["response_format"] = FORMAT
     return json.dumps(request).encode()

@@ -488,12 +488,16 @@ def show(runs: dict[str, dict[str, Any]], work: Path) -> None:
         f"responses ≤ {MAX_TOKENS}), {len(samples['heldout'])} held-out answers"
     )
     names = list(runs)
-    print("\npeak RSS (MB) during each phase; the process's whole RSS, the model included")
-    print(f"{'phase':<22}" + "".join(f"{n:>10}" for n in names))
-    for phase in ORDER:
-        cells = [runs[n]["phases"].get(phase) for n in names]
-        if any(cells):
-            print(f"{phase:<22}" + "".join(f"{c[0] if c else '-':>10}" for c in cells))
+
+    def table(title: str, column: int) -> None:
+        print(title)
+        print(f"{'phase':<22}" + "".join(f"{n:>10}" for n in names))
+        for phase in ORDER:
+            cells = [runs[n]["phases"].get(phase) for n in names]
+            if any(cells):
+                print(f"{phase:<22}" + "".join(f"{c[column] if c else '-':>10}" for c in cells))
+
+    table("\npeak RSS (MB) during each phase; the process's whole RSS, the model included", 0)
     step_peak = [
         max((runs[n]["phases"][p][0] for p in STEP_PHASES if p in runs[n]["phases"]), default=0)
         for n in names
@@ -501,18 +505,8 @@ def show(runs: dict[str, dict[str, Any]], work: Path) -> None:
     print(f"{'STEP PEAK':<22}" + "".join(f"{v or '-':>10}" for v in step_peak))
     overall = [max(v[0] for k, v in runs[n]["phases"].items() if k not in ("import",)) for n in names]
     print(f"{'PEAK AFTER LOAD':<22}" + "".join(f"{v:>10}" for v in overall))
-    print("\nRSS (MB) when each phase ends")
-    print(f"{'phase':<22}" + "".join(f"{n:>10}" for n in names))
-    for phase in ORDER:
-        cells = [runs[n]["phases"].get(phase) for n in names]
-        if any(cells):
-            print(f"{phase:<22}" + "".join(f"{c[1] if c else '-':>10}" for c in cells))
-    print("\nseconds of each phase")
-    print(f"{'phase':<22}" + "".join(f"{n:>10}" for n in names))
-    for phase in ORDER:
-        cells = [runs[n]["phases"].get(phase) for n in names]
-        if any(cells):
-            print(f"{phase:<22}" + "".join(f"{c[2] if c else '-':>10}" for c in cells))
+    table("\nRSS (MB) when each phase ends", 1)
+    table("\nseconds of each phase", 2)
     reference = work / "state-recipe.safetensors"
     base = safetensors.torch.load_file(str(reference)) if reference.exists() else None
     print(f"\n{'variant':<10}{'step s':>8}{'loss':>12}{'kl':>12}{'max |Δ| vs recipe':>20}  held-out check")

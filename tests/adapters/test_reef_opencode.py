@@ -279,9 +279,11 @@ def test_an_interactive_opencode_session_shows_the_notice_answers_and_versions(
     asked = len(upstream.requests)
 
     command(pane, "versions")
-    pane.wait_for(r"v1 +[0-9a-f]{7} +\S+ +installed", timeout=30)
+    pane.wait_for(r"v1 +[0-9a-f]{7} +\S+ +installed", timeout=60)
     command(pane, "good")
-    pane.wait_for(r"reef: /good noted as rep_\w+", timeout=30)  # a toast: its lines wrap
+    # a toast: its lines wrap; 60 s: the plugin's hook is a Python process, and beside the
+    # suite's other workers one took past 30 s to answer
+    pane.wait_for(r"reef: /good noted as rep_\w+", timeout=60)
     assert len(upstream.requests) == asked  # neither reached the model
     [made] = reports(reef)
     assert made["score"] == 1 and made["metadata"]["harness"] == "opencode"
