@@ -1,11 +1,15 @@
 """SmolLM2-135M-Instruct (``builtin:smollm2``) for tests: resolved and loaded once per session,
-its GGUF converted into a model cache shared by the session's daemons.
+its GGUF converted once per run into a model cache shared by the run's xdist workers and their
+daemons (the first worker to need it converts, under a lock; the others then read it: a
+conversion is about 20 s of CPU, a load from the cache 0.3 s).
 
 A missing model is a failure, not a skip: ``scripts/setup.sh --dev`` installs it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +31,13 @@ def _source() -> Any:
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One model cache for the session: SmolLM2's GGUF is converted into it once."""
-    return tmp_path_factory.mktemp("model-cache")
+    """One model cache for the run: SmolLM2's GGUF is converted into it once."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # each worker's base temp is a folder of the run's
+    cache = base / "model-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -37,5 +46,7 @@ def smollm2(model_cache: Path) -> tuple[Any, Any, Any]:
     from reef_core.models import hf
 
     source = _source()
-    model, tokenizer = hf.load(source, cache=model_cache)
+    with (model_cache / "conversion.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        model, tokenizer = hf.load(source, cache=model_cache)
     return source, model, tokenizer
