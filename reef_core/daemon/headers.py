@@ -8,7 +8,7 @@ from aiohttp import web
 
 from reef_core.errors import InvalidInput
 
-__all__ = ["HARNESSES", "captured", "harness_of", "is_codex", "is_opencode", "tags_of"]
+__all__ = ["HARNESSES", "captured", "harness_of", "tags_of"]
 
 
 def captured(request: web.Request) -> bool:
@@ -36,21 +36,21 @@ def tags_of(request: web.Request) -> dict[str, str]:
     if claude:
         tags.setdefault("session", claude)
     codex = request.headers.get("session-id")
-    if codex and is_codex(request):
+    if codex and _is_codex(request):
         tags.setdefault("session", codex)
     opencode = request.headers.get("x-session-id")
-    if opencode and is_opencode(request):
+    if opencode and _is_opencode(request):
         tags.setdefault("session", opencode)
     return tags
 
 
-def is_codex(request: web.Request) -> bool:
+def _is_codex(request: web.Request) -> bool:
     """Codex CLI sent it: reef's Codex provider names it, else Codex's own ``originator``."""
     named = request.headers.get("x-reef-harness", "").strip().lower()
     return named == "codex" or request.headers.get("originator", "").startswith("codex")
 
 
-def is_opencode(request: web.Request) -> bool:
+def _is_opencode(request: web.Request) -> bool:
     """opencode sent it: reef's opencode provider names it, else opencode's own user agent."""
     named = request.headers.get("x-reef-harness", "").strip().lower()
     return named == "opencode" or request.headers.get("user-agent", "").startswith("opencode/")
@@ -76,8 +76,8 @@ def harness_of(request: web.Request) -> str:
     agent = request.headers.get("user-agent", "")
     if request.headers.get("x-claude-code-session-id") or agent.startswith("claude-cli/"):
         return "claude_code"
-    if is_codex(request):
+    if _is_codex(request):
         return "codex"
-    if is_opencode(request):
+    if _is_opencode(request):
         return "opencode"
     return "unknown"

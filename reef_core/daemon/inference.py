@@ -62,12 +62,13 @@ RECEIPT_HEADER = "x-reef-agent-record-id"
 RELEASE_HEADER = "x-reef-release-id"
 _UPSTREAM_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _RESPONSES_PATH = "/v1/responses"
-# each route's name on the record, and the format its client speaks
-_CLIENT_FORMATS = {
-    "chat.completions": "openai",
-    "messages": "anthropic",
-    "responses": "responses",
-    "embeddings": "openai",
+# each route's name on the record: its path (answered as it is and under ``/s/<scenario>``, the
+# scenario in the URL) and the format its client speaks
+_ROUTES = {
+    "chat.completions": ("/v1/chat/completions", "openai"),
+    "messages": ("/v1/messages", "anthropic"),
+    "responses": ("/v1/responses", "responses"),
+    "embeddings": ("/v1/embeddings", "openai"),
 }
 # A stream's status and headers wait this long for its first event, to go out in one send
 # with it; an upstream slower than that to start answering gets them sent on their own.
@@ -187,7 +188,7 @@ def _leg(
     if route == "embeddings":  # as sent, model included: an embedding model is not the chat one
         return _Leg("/v1/embeddings", raw, "openai")
     if route != "responses":
-        client_format = _CLIENT_FORMATS[route]
+        client_format = _ROUTES[route][1]
         query = (
             request.query_string if upstream_format == "anthropic" and client_format == "anthropic" else ""
         )
@@ -252,15 +253,6 @@ def _translate_answer(answer: Any, exchange: Exchange, body: dict[str, Any], res
 # -- the routes ----------------------------------------------------------------------------
 
 
-# each route's path, answered as it is and under ``/s/<scenario>`` (the scenario in the URL)
-_PATHS = {
-    "chat.completions": "/v1/chat/completions",
-    "messages": "/v1/messages",
-    "responses": "/v1/responses",
-    "embeddings": "/v1/embeddings",
-}
-
-
 def _add_route(route: str, path: str) -> None:
     async def handle(request: web.Request) -> web.StreamResponse:
         return await _inference(request, route)
@@ -270,7 +262,7 @@ def _add_route(route: str, path: str) -> None:
     routes.post("/s/{scenario}" + path)(handle)
 
 
-for _route, _path in _PATHS.items():
+for _route, (_path, _) in _ROUTES.items():
     _add_route(_route, _path)
 
 
@@ -315,7 +307,7 @@ async def _exchange(
         arm = canary.arm(session_of({"tags": tags}), opens=not _answered({"route": route, "request": body}))
         if arm is not None and arm[0] == "canary":
             key, served = canary_key(name), arm[1]
-    client_format = _CLIENT_FORMATS[route]
+    client_format = _ROUTES[route][1]
     stream = bool(body.get("stream")) and route != "embeddings"
     exchange = Exchange(
         route=route,
