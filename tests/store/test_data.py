@@ -99,12 +99,16 @@ def test_concurrent_appends_are_group_committed_one_commit_each(scenario):
     seen_on_branch = []
     lock = threading.Lock()
     ids: list[str] = []
+    # a future's waiters wake before its callbacks run, so the last callback may still be
+    # running when every appender has its id: each callback says when it has looked
+    looked = threading.Semaphore(0)
 
     def acknowledged(future):
         # when a caller hears its id, a fresh reader must already find it on the branch
         repo = pygit2.Repository(str(scenario.path))
         tip = repo[repo.references[DATA_REF].target]
         seen_on_branch.append(_path(future.result()) in tip.tree)
+        looked.release()
 
     def appender(k):
         for n in range(50):
@@ -118,6 +122,7 @@ def test_concurrent_appends_are_group_committed_one_commit_each(scenario):
         t.start()
     for t in threads:
         t.join()
+    assert all(looked.acquire(timeout=60) for _ in range(400))
     assert len(ids) == 400 and all(seen_on_branch) and len(seen_on_branch) == 400
     path = str(scenario.path)
     assert git("-C", path, "rev-list", "--count", "data").stdout.strip() == "400"
