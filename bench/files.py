@@ -40,7 +40,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy import free_port, pct, start_upstream  # noqa: E402  (one copy of each, shared)
+from bench.proxy import bench_parser, free_port, parsed, pct, start_upstream  # noqa: E402  (one copy of each, shared)
 from reef_core.daemon.admission import FileBudget, count_open_files  # noqa: E402
 from reef_core.upstream.lean import LeanHTTP  # noqa: E402
 
@@ -177,16 +177,11 @@ def check_cost() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, quick="100 scenarios, 500 requests")
     parser.add_argument("--scenarios", type=int, default=400)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--quick", action="store_true", help="100 scenarios, 500 requests")
-    args = parser.parse_args()
-    if args.quick:
-        args.scenarios, args.requests = 100, 500
+    args = parsed(parser, scenarios=100, requests=500)
     check_cost()
     upstream, direct = start_upstream()
     procs = []

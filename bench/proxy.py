@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -222,6 +223,22 @@ class Client:
         return first or 0.0, time.perf_counter() - started
 
 
+def bench_parser(doc: str, *, quick: str | None = None) -> argparse.ArgumentParser:
+    """A bench's command line: its docstring as the help, and ``--quick`` (described by ``quick``)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    return parser
+
+
+def parsed(parser: argparse.ArgumentParser, **quick: Any) -> argparse.Namespace:
+    """The command line read, with ``--quick``'s smaller sizes (``quick``) laid over it."""
+    args = parser.parse_args()
+    if args.quick:
+        for name, value in quick.items():
+            setattr(args, name, value)
+    return args
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -296,6 +313,26 @@ class CPU:
         return f"reef CPU {own_us:5.0f} us per recorded request (all its threads) + git repacks {git_us:4.0f}"
 
 
+def compared(
+    label: str,
+    timed: dict[str, list[tuple[float, float]]],
+    *,
+    first: bool = False,
+    spread: bool = False,
+    added_p99: bool = True,
+) -> str:
+    """One line of :func:`sequential`'s timings, direct beside reef: the whole answers' (or with
+    ``first``, the first bytes'), p50 (and p99 with ``spread``), and what reef added."""
+    d, r = ([pair[0 if first else 1] for pair in timed[side]] for side in ("direct", "reef"))
+
+    def side(values: list[float]) -> str:
+        text = f"p50 {pct(values, 0.5) * 1000:6.2f} ms"
+        return text + (f"  p99 {pct(values, 0.99) * 1000:6.2f} ms" if spread else "")
+
+    text = f"{label}  direct {side(d)} | reef {side(r)} | added p50 {added_ms(d, r, 0.5):5.2f} ms"
+    return text + (f"  p99 {added_ms(d, r, 0.99):5.2f} ms" if added_p99 else "")
+
+
 async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int, plain: str) -> None:
     session = Client(args.client)
     workers = [session.fork() for _ in range(64)]
@@ -305,36 +342,19 @@ async def run(args: argparse.Namespace, direct: str, reef: str, reef_pid: int, p
         cpu = CPU(reef_pid)
         lat = await sequential(session, direct, reef, args.requests, False)
         used = cpu.per_request(args.requests)
-        d = [t for _, t in lat["direct"]]
-        r = [t for _, t in lat["reef"]]
-        print(
-            f"c=1 non-stream   direct p50 {pct(d, 0.5) * ms:6.2f} ms  p99 {pct(d, 0.99) * ms:6.2f} ms | "
-            f"reef p50 {pct(r, 0.5) * ms:6.2f} ms  p99 {pct(r, 0.99) * ms:6.2f} ms | "
-            f"added p50 {added_ms(d, r, 0.5):5.2f} ms  "
-            f"p99 {added_ms(d, r, 0.99):5.2f} ms"
-        )
+        print(compared("c=1 non-stream ", lat, spread=True))
         # what the machine's speed swings move less than latency: reef's own work
         print(f"c=1 non-stream   {used}")
         st = await sequential(session, direct, reef, max(100, args.requests // 2), True)
-        df = [f for f, _ in st["direct"]]
-        rf = [f for f, _ in st["reef"]]
         dt = [t for _, t in st["direct"]]
         rt = [t for _, t in st["reef"]]
         print(
-            f"c=1 stream TTFB  direct p50 {pct(df, 0.5) * ms:6.2f} ms | "
-            f"reef p50 {pct(rf, 0.5) * ms:6.2f} ms | "
-            f"added p50 {added_ms(df, rf, 0.5):5.2f} ms  "
-            f"p99 {added_ms(df, rf, 0.99):5.2f} ms;  whole stream added p50 "
+            compared("c=1 stream TTFB", st, first=True) + ";  whole stream added p50 "
             f"{(statistics.median(rt) - statistics.median(dt)) * ms:5.2f} ms"
         )
         large = json.dumps(large_body()).encode()
         big = await sequential(session, direct, reef, max(50, args.requests // 2), False, large)
-        d = [t for _, t in big["direct"]]
-        r = [t for _, t in big["reef"]]
-        print(
-            f"c=1 {len(large) // 1024} KB req  direct p50 {pct(d, 0.5) * ms:6.2f} ms | "
-            f"reef p50 {pct(r, 0.5) * ms:6.2f} ms | added p50 {added_ms(d, r, 0.5):5.2f} ms"
-        )
+        print(compared(f"c=1 {len(large) // 1024} KB req", big, added_p99=False))
         n = args.requests * 6
         for stream in (False, True):
             mine = cpu_ns(os.getpid()) or 0
@@ -420,18 +440,13 @@ def measure(args: argparse.Namespace, state: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--requests", type=int, default=500)
-    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="a new state directory, removed after")
     parser.add_argument(
         "--client", choices=["lean", "aiohttp"], default="lean", help="the load generator's HTTP client"
     )
-    args = parser.parse_args()
-    if args.quick:
-        args.requests = 100
+    args = parsed(parser, requests=100)
     if args.fresh:
         with tempfile.TemporaryDirectory(prefix="reef-proxy-bench-") as state:
             measure(args, Path(state))

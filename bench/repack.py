@@ -20,7 +20,6 @@ totals and their ratio; ``git fsck`` checks both at the end.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import shutil
@@ -31,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.proxy import bench_parser, parsed
 from reef_core.store import Store, StoreOptions
 from reef_core.store.packer import GIT_COMMAND, compress, merge, run_git
 
@@ -100,15 +100,10 @@ def pack_bytes(repo: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, quick="8 rounds of 1,000")
     parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--per-round", type=int, default=1500)
-    parser.add_argument("--quick", action="store_true", help="8 rounds of 1,000")
-    args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.per_round = 8, 1000
+    args = parsed(parser, rounds=8, per_round=1000)
     strategies = {"geometric": geometric, "walk": walk}
     base = Path(tempfile.mkdtemp(prefix="reef-repack-bench-"))
     try:

@@ -198,29 +198,18 @@ if [ "$dev" = 1 ] && ! pi_next_ok; then
   pi_next_ok || fail_dev "pi $pi_next_version was installed but does not start: try" \
     "PATH=$pi_next_dir/node_modules/.bin:\$PATH $pi_next_dir/node_modules/.bin/pi --version"
 fi
-if [ "$dev" = 1 ] && ! claude_ok; then
-  echo "installing Claude Code $claude_version into $claude_dir with npm"
-  mkdir -p "$claude_dir"
-  # with its install script: it puts the native binary for this machine in place
-  npm_install --prefix "$claude_dir" "@anthropic-ai/claude-code@$claude_version" ||
-    fail_dev "npm could not install Claude Code $claude_version into $claude_dir"
-  claude_ok || fail_dev "Claude Code $claude_version was installed but does not start: try" \
-    "$claude_dir/node_modules/.bin/claude --version"
-fi
-if [ "$dev" = 1 ] && ! codex_ok; then
-  echo "installing Codex CLI $codex_version into $codex_dir with npm"
-  mkdir -p "$codex_dir"
-  npm_install --prefix "$codex_dir" "@openai/codex@$codex_version" ||
-    fail_dev "npm could not install Codex CLI $codex_version into $codex_dir"
-  codex_ok || fail_dev "Codex CLI $codex_version was installed but does not start: try" \
-    "$codex_dir/node_modules/.bin/codex --version"
-fi
-if [ "$dev" = 1 ] && ! opencode_ok; then
-  echo "installing opencode $opencode_version into $opencode_dir with npm"
-  mkdir -p "$opencode_dir"
-  npm_install --prefix "$opencode_dir" "opencode-ai@$opencode_version" ||
-    fail_dev "npm could not install opencode $opencode_version into $opencode_dir"
-  opencode_ok || fail_dev "opencode $opencode_version was installed but does not start: try" \
-    "$opencode_dir/node_modules/.bin/opencode --version"
-fi
+# --dev only: a harness the adapters are tested with, pinned, from npm into a folder of its own
+# (each with its install script: Claude Code's puts the native binary for this machine in place)
+#   npm_tool LABEL VERSION DIR PACKAGE CHECK BINARY
+npm_tool() {
+  local label=$1 version=$2 dir=$3 package=$4 check=$5 binary=$6
+  if [ "$dev" != 1 ] || "$check"; then return 0; fi
+  echo "installing $label $version into $dir with npm"
+  mkdir -p "$dir"
+  npm_install --prefix "$dir" "$package@$version" || fail_dev "npm could not install $label $version into $dir"
+  "$check" || fail_dev "$label $version was installed but does not start: try" "$dir/node_modules/.bin/$binary --version"
+}
+npm_tool "Claude Code" "$claude_version" "$claude_dir" @anthropic-ai/claude-code claude_ok claude
+npm_tool "Codex CLI" "$codex_version" "$codex_dir" @openai/codex codex_ok codex
+npm_tool opencode "$opencode_version" "$opencode_dir" opencode-ai opencode_ok opencode
 echo "reef is set up: .venv/bin/reef"

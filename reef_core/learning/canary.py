@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from reef_core.errors import ConfigError, ConflictError, InvalidInput, NotFound
@@ -76,14 +76,7 @@ class CanaryPlan:
     design: Design
 
     def to_json(self) -> dict[str, Any]:
-        d = self.design
-        return {
-            "share": self.share,
-            "max_sessions": d.max_sessions,
-            "min_sessions": d.min_sessions,
-            "alpha": d.alpha,
-            "effect": d.effect,
-        }
+        return {"share": self.share, **asdict(self.design)}
 
 
 def plan_from_config(config: Mapping[str, Any]) -> CanaryPlan | None:
