@@ -268,45 +268,54 @@ class ReleaseChecks:
         )
         cases, served = [], {}
         for known in held[: max(1, self.config.replay_max_calls // replay.CALLS_PER_SESSION)]:
-            assert known.first is not None
-            try:
-                record = scenario.data.get(known.first).data
-            except ReefError:
-                continue
-            messages = request_messages(record)
-            system = "\n\n".join(m.text for m in messages if m.source == "system")
-            task: list[dict[str, str]] = []
-            for message in messages:
-                if message.source in ("system", "harness"):  # the harness's reminders carry its rules
-                    continue
-                task.append(
-                    {
-                        "role": "assistant" if message.source == "assistant" else "user",
-                        "content": message.text,
-                    }
-                )
-                if message.source == "user":
-                    break
-            if not task:
-                continue
-            view = known.view()
-            wanted = "; ".join(
-                [*view.feedback]
-                + [str(r.get("feedback")) for r in view.judged if r.get("feedback")]
-                + [str((r.get("metadata") or {}).get("next_message", "")) for r in view.judged]
-            ).strip("; ")
-            if not wanted:
-                wanted = f"The person scored how the agent handled it {view.score:.2f} (0 = bad, 1 = good)."
-            release = record.get("release") if isinstance(record.get("release"), str) else None
-            served[known.id] = self._served(scenario, release)
-            sent_by = record.get("harness")
-            harness = sent_by if sent_by in ADAPTERS else self.config.adapter  # unknown: the configured one
-            cases.append(
-                replay.ReplayCase(
-                    known.id, system, task, wanted[:1500], harness=harness, fresh=known.id not in replayed
-                )
-            )
+            made = self._replay_case(scenario, known, fresh=known.id not in replayed)
+            if made is not None:
+                cases.append(made[0])
+                served[known.id] = made[1]
         return cases, served
+
+    def _replay_case(
+        self, scenario: Scenario, known: usage.Known, *, fresh: bool = True
+    ) -> tuple[replay.ReplayCase, HarnessTree | None] | None:
+        """One session's opening task as a replay case (its recorded system prompt, the messages
+        up to the person's first, what its feedback asked for, the harness that sent it), and the
+        tree of the release that served it; None when its first record is gone or holds no task.
+        The GEPA recipe (``recipes/gepa``) replays any session through it, not only held-out ones."""
+        if known.first is None:
+            return None
+        try:
+            record = scenario.data.get(known.first).data
+        except ReefError:
+            return None
+        messages = request_messages(record)
+        system = "\n\n".join(m.text for m in messages if m.source == "system")
+        task: list[dict[str, str]] = []
+        for message in messages:
+            if message.source in ("system", "harness"):  # the harness's reminders carry its rules
+                continue
+            task.append(
+                {
+                    "role": "assistant" if message.source == "assistant" else "user",
+                    "content": message.text,
+                }
+            )
+            if message.source == "user":
+                break
+        if not task:
+            return None
+        view = known.view()
+        wanted = "; ".join(
+            [*view.feedback]
+            + [str(r.get("feedback")) for r in view.judged if r.get("feedback")]
+            + [str((r.get("metadata") or {}).get("next_message", "")) for r in view.judged]
+        ).strip("; ")
+        if not wanted:
+            wanted = f"The person scored how the agent handled it {view.score:.2f} (0 = bad, 1 = good)."
+        release = record.get("release") if isinstance(record.get("release"), str) else None
+        sent_by = record.get("harness")
+        harness = sent_by if sent_by in ADAPTERS else self.config.adapter  # unknown: the configured one
+        case = replay.ReplayCase(known.id, system, task, wanted[:1500], harness=harness, fresh=fresh)
+        return case, self._served(scenario, release)
 
 
 def _gate_history(candidates: list[Any]) -> tuple[list[spending.Spent], set[str]]:
