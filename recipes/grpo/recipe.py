@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import safetensors.torch
 import torch
@@ -33,6 +33,8 @@ from recipes.grpo.objective import (
     group_advantages,
     policy_step,
 )
+from recipes.grpo.rewards import Rewards
+from recipes.grpo.rewards import check_settings as check_rewards
 from recipes.grpo.samples import Sample, read_scored, recent
 from reef_core import memory
 from reef_core.errors import ConfigError, StoreError
@@ -78,11 +80,18 @@ class GrpoConfig:
     # answers in one forward with grad on a transformers model, gradients accumulated over the
     # batch (the update is the batch's): the step's memory is that of a few answers, not the group
     micro_batch: int = 2
+    # whose scores train (recipes/grpo/rewards.py): "reports" (people's), "judge" (the next-turn
+    # judge's verdicts) or "both"; the judge is the served model unless judge_url names an
+    # OpenAI-compatible endpoint (judge_model, its key in the variable judge_api_key_env)
+    reward: str = "reports"
+    judge_url: str = ""
+    judge_model: str = "default"
+    judge_api_key_env: str = ""
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GrpoConfig:
         known = {f.name: f for f in fields(cls)}
-        values = {}
+        values: dict[str, Any] = {}
         for key, value in config.items():
             if key.replace("-", "_") in WORKER_SETTINGS:
                 continue  # the worker's budgets and canary
@@ -106,6 +115,7 @@ class GrpoConfig:
         for key in ("group_size", "groups_per_step", "epochs", "heldout_min", "lora_rank", "micro_batch"):
             if key in values and values[key] < 1:
                 raise ConfigError(f"recipe.config.{key} must be 1 or more", field=f"recipe.config.{key}")
+        check_rewards(values)
         return cls(**values)
 
 
@@ -114,10 +124,12 @@ class GrpoRecipe(Recipe):
     consumes = frozenset({"record", "report"})
     detachable = False  # the scored samples waiting for a step are held in memory
     canary_kind = "weights"  # a canary's weights are served by the daemon to its sessions
+    #: the settings class: a recipe built on this trainer (sao) brings its own
+    config_type: ClassVar[type[GrpoConfig]] = GrpoConfig
 
     @classmethod
     def check_config(cls, config: dict[str, Any]) -> None:
-        GrpoConfig.from_config(config)
+        cls.config_type.from_config(config)
 
     def __init__(self, context: RecipeContext) -> None:
         super().__init__(context)
@@ -127,7 +139,7 @@ class GrpoRecipe(Recipe):
                 "builtin:smollm2 or another transformers model"
             )
         self.engine = context.engine
-        self.config = GrpoConfig.from_config(context.config)
+        self.config = self.config_type.from_config(context.config)
         #: a transformers model: steps train a LoRA adapter (or all the weights), releases hold it
         self.adapters = isinstance(self.engine, TransformersEngine)
         self.full = self.adapters and not self.config.lora
@@ -139,6 +151,7 @@ class GrpoRecipe(Recipe):
         self._trainer: TinyLM | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self.stats: dict[str, Any] = {"dropped_stale": 0, "train_seconds": [], "swap_seconds": []}
+        self.rewards = Rewards(self.config, context, self.stats)  # whose scores train; the judge
 
     # -- releases and serving ----------------------------------------------------------------
 
@@ -146,7 +159,7 @@ class GrpoRecipe(Recipe):
         """A new scenario starts at v1, the pretrained model; an old one is served its tip."""
         tip = scenario.releases.tip()
         if tip is None and self.adapters:
-            manifest = {"recipe": "grpo", "origin": f"base {self.engine.model_name}", "base": self._base()}
+            manifest = {"recipe": self.name, "origin": f"base {self.engine.model_name}", "base": self._base()}
             tree = self._adapter_tree(scenario, None, manifest)
             tip = scenario.releases.publish(tree, expected=None, operation="creation", verdict="base model")
         elif tip is None:
@@ -263,15 +276,18 @@ class GrpoRecipe(Recipe):
 
     def next_batch(self, scenario: Scenario) -> Batch | None:
         current = self.engine.version(scenario.name)
+        self.rewards.follow(scenario)  # with reward judge or both: new turns judged, verdicts stored
         for report_id, samples in read_scored(scenario, self._cursor):
             self._cursor = report_id
-            for sample in samples:
+            for sample in self.rewards.admit(samples):
                 if current - sample.version > self.config.max_staleness:
                     self.stats["dropped_stale"] += 1
                 elif int(sample.group, 16) % self.config.heldout_every == 0:
                     self._heldout = [*self._heldout[-255:], sample]
                 else:
                     self._groups.setdefault(sample.group, []).append(sample)
+        self._heldout = self.rewards.kept(self._heldout)  # a person's score came in: it outweighs
+        self._groups = {k: g for k, g in ((k, self.rewards.kept(g)) for k, g in self._groups.items()) if g}
         if len(self._heldout) < self.config.heldout_min:
             return None  # no step before there are held-out answers to judge it by
         ready = []
@@ -317,7 +333,12 @@ class GrpoRecipe(Recipe):
         return Candidate(
             tree=tree,
             operation="training",
-            record={"metrics": metrics, "trained_from_version": version, "samples": stats.samples},
+            record={
+                "metrics": metrics,
+                "trained_from_version": version,
+                "samples": stats.samples,
+                "rewards": self.rewards.trained(s for s, _ in weighted),  # the judge's, people's
+            },
             payload=(served, candidate_model),
         )
 
@@ -354,6 +375,7 @@ class GrpoRecipe(Recipe):
                 "metrics": metrics,
                 "trained_from_version": version,
                 "samples": stats.samples,
+                "rewards": self.rewards.trained(s for s, _ in weighted),  # the judge's, people's
                 "base": base,
             },
             payload=(policy.view(served), policy.view(state), served, state),

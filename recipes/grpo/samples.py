@@ -1,4 +1,9 @@
-"""Scored samples: what the grpo recipe reads back from records and reports."""
+"""Scored samples: what the grpo recipe reads back from records and reports.
+
+Each sample says whose score it carries (``source``): ``judge`` for a verdict the next-turn judge
+stored (``metadata.source = "judge"``, with the judged ``session``), ``person`` for any other
+report.  Which of them a step trains on is ``recipe.config.reward`` (:mod:`recipes.grpo.rewards`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from reef_core.sessions import is_explicit
 from reef_core.store import Scenario
 
 __all__ = ["Sample", "read_scored", "recent"]
@@ -23,6 +29,8 @@ class Sample:
     #: the temperature it was sampled at: its log-probs are under that distribution, and the
     #: policy scores it at the same one (1 for a greedy answer, whose log-probs are the model's own)
     temperature: float = 1.0
+    source: str = "person"  # whose score: "person" (a report) or "judge" (a next-turn verdict)
+    session: str | None = None  # the session a judge's verdict is about
 
     @property
     def group(self) -> str:
@@ -36,6 +44,9 @@ def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, li
     ref), so two nodes never train on one; the records they name may be on any node's."""
     for report in scenario.own_data.iter_items(["report"], after=after):
         score = report.data.get("score")
+        judged = not is_explicit(report.data)
+        metadata = report.data.get("metadata") if judged else None
+        session = metadata.get("session") if isinstance(metadata, dict) else None
         samples = []
         if isinstance(score, (int, float)) and not isinstance(score, bool):
             for ref in report.data.get("references") or []:
@@ -58,6 +69,8 @@ def read_scored(scenario: Scenario, after: str | None) -> Iterator[tuple[str, li
                         reward=float(score),
                         version=int(tokens.get("weight_version") or 0),
                         temperature=float(tokens.get("temperature") or 1.0),
+                        source="judge" if judged else "person",
+                        session=session if isinstance(session, str) else None,
                     )
                 )
         yield report.id, samples

@@ -11,7 +11,7 @@
 | ``evidence`` | where a quote really is in a session, whether the person's words support an instruction |
 | ``playbook`` | learned rules as addressable bullets, and delta edits of the tree |
 | ``risks`` | what in a learned edit's text a person must see before it is published |
-| ``judge`` | the next-turn judge: the user's next message is the verdict on the previous answer |
+| ``judge`` | the next-turn judge: the next message is the verdict on the answer before it; verdicts stored |
 | ``replay`` | the replay gate: the candidate against the current tree on held-out sessions |
 | ``spending`` | how much error each replay gate may spend (online family-wise error control) |
 | ``proposer`` | the text proposer: an ask becomes a design and entry changes |

@@ -20,17 +20,15 @@ usage (a mixin: the recipe holds the state, ``ReefineRecipe.__init__`` makes it)
 from __future__ import annotations
 
 import hashlib
-import logging
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from recipes.reefine import curate, reflect, usage
-from recipes.reefine.judge import judge_turn
+from recipes.reefine.judge import follow_sessions
 from recipes.reefine.playbook import Edit, EditError, apply_edits, bullets
 from recipes.reefine.proposer import StepSkipped
 from recipes.reefine.structured import Unusable
-from reef_core.errors import ConflictError, ReefError
+from reef_core.errors import ConflictError
 from reef_core.harness import HarnessTree, changed_entries, needs_approval
 from reef_core.learning import Batch, Candidate, RecipeContext
 from reef_core.learning.model import CountingModel
@@ -41,9 +39,6 @@ if TYPE_CHECKING:
     from recipes.reefine.recipe import ReefineConfig
 
 __all__ = ["UsageStep", "step_adapters"]
-
-_JUDGE_LOOKBACK_MS = 10 * 60 * 1000  # turns this recent when a worker starts are still judged
-log = logging.getLogger(__name__)
 
 
 class UsageStep:
@@ -72,51 +67,8 @@ class UsageStep:
 
     def _follow_sessions(self, scenario: Scenario) -> None:
         """Bring the session index up to date; judge the new turns (``judge-next-turn``)."""
-        start = max(0, int(time.time() * 1000) - _JUDGE_LOOKBACK_MS)
-        turns = self.sessions.update(scenario, records_after=f"rec_{start:012x}{0:016x}")
-        if not self.config.judge_next_turn or self.context.model is None:
-            return
-        judged = 0
-        for turn in turns:
-            if turn.previous in self.sessions.judged or self.sessions.explicitly_scored(turn.session):
-                continue
-            judged += self._judge(scenario, turn)
-        if judged:
-            self.sessions.update(scenario)  # the verdicts just written score their sessions now
-
-    def _judge(self, scenario: Scenario, turn: usage.NewTurn) -> bool:
-        """One judge call on ``turn``; whether a verdict was stored."""
-        assert self.context.model is not None
-        started = time.perf_counter()
-        try:
-            verdict = judge_turn(self.context.model, turn.answer, turn.next_message, retries=0)
-        except (ReefError, OSError) as exc:  # no verdict is better than a wrong one
-            self.stats["judge_failures"] += 1
-            log.info("reefine: the judge could not score a turn of session %s: %s", turn.session, exc)
-            return False
-        finally:
-            self.sessions.judged.add(turn.previous)
-        report = {
-            "score": verdict.score,
-            "feedback": verdict.reason or verdict.verdict,
-            "references": [turn.previous],
-            "metadata": {
-                "source": "judge",
-                "verdict": verdict.verdict,
-                "session": turn.session,
-                "next_record": turn.record,
-                "next_message": turn.next_message[:2000],
-            },
-            "idempotency_key": None,
-        }
-        summary = f"score={verdict.score:g} refs={turn.previous} judge {verdict.verdict}"
-        scenario.append("report", report, summary=summary).result()
-        self.stats["judged"] += 1
-        self.stats["judge_seconds"] = [
-            *self.stats["judge_seconds"][-99:],
-            round(time.perf_counter() - started, 4),
-        ]
-        return True
+        model = self.context.model if self.config.judge_next_turn else None
+        follow_sessions(scenario, self.sessions, model, self.stats, recipe="reefine")
 
     def _eligible(self) -> tuple[list[usage.Known], int]:
         """Sessions a usage step may learn from (best material first), and how many are held out."""

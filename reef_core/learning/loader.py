@@ -1,4 +1,5 @@
-"""Finding a recipe class by name (``basic``, ``grpo``, ``reefine``) or ``package.module:Class``."""
+"""Finding a recipe class by name (``basic``, ``grpo``, ``reefine``, and the cookbook's ``gepa`` and
+``sao``) or ``package.module:Class``."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ __all__ = ["BUILT_IN", "load_recipe"]
 
 BUILT_IN: dict[str, str] = {
     "basic": "reef_core.learning.recipe:BasicRecipe",
+    "gepa": "recipes.gepa.recipe:GepaRecipe",
     "grpo": "recipes.grpo.recipe:GrpoRecipe",
     "reefine": "recipes.reefine.recipe:ReefineRecipe",
+    "sao": "recipes.sao.recipe:SAORecipe",
 }
 
 
