@@ -95,18 +95,25 @@ def follow_sessions(
     """Bring ``sessions`` up to date; with a ``model``, judge each new turn's previous answer (never
     one judged already, nor one of a session a person scored) and store the verdict as a report.
     Counts go to ``stats`` (``judged``, ``judge_failures``, ``judge_seconds``); returns how many
-    verdicts were stored.  ``recipe`` names the caller in log lines."""
+    verdicts were stored.  ``recipe`` names the caller in log lines.
+
+    The verdicts just written are read back (they score their sessions at once), and that read
+    also brings the turns recorded while the judge ran: they are judged in the same errand, round
+    after round until a read brings none (each index update moves its cursor past what it
+    returns, so a turn it returned and nobody judged would never be judged)."""
     start = max(0, int(time.time() * 1000) - _LOOKBACK_MS)
     turns = sessions.update(scenario, records_after=f"rec_{start:012x}{0:016x}")
     if model is None:
         return 0
     judged = 0
-    for turn in turns:
-        if turn.previous in sessions.judged or sessions.explicitly_scored(turn.session):
-            continue
-        judged += _judge(scenario, sessions, turn, model, stats, recipe)
-    if judged:
-        sessions.update(scenario)  # the verdicts just written score their sessions now
+    while turns:
+        stored = 0
+        for turn in turns:
+            if turn.previous in sessions.judged or sessions.explicitly_scored(turn.session):
+                continue
+            stored += _judge(scenario, sessions, turn, model, stats, recipe)
+        judged += stored
+        turns = sessions.update(scenario) if stored else []
     return judged
 
 

@@ -66,3 +66,46 @@ def test_every_new_turn_is_judged_once_and_scores_its_session_in_the_same_look(t
         assert recipe.next_batch(scenario) is None and judge.calls == 3  # never judged twice
     finally:
         scenario.close()
+
+
+class BusyJudge(Judge):
+    """A judge during whose first call another session's next turn is recorded (traffic goes on
+    while the judge runs)."""
+
+    def __init__(self, meanwhile: Any) -> None:
+        super().__init__()
+        self.meanwhile = meanwhile
+
+    def complete(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str:
+        if self.calls == 0:
+            self.meanwhile()
+        return super().complete(messages, **options)
+
+
+def test_a_turn_recorded_while_the_judge_runs_is_judged_too(tmp_path: Path):
+    scenario = Store(tmp_path / "state", StoreOptions(pack_every=0)).open("s", create=True)
+    first = [{"role": "user", "content": "fix it"}]
+
+    def turns(session: str, next_message: str) -> None:
+        scenario.append_sync("record", record(session, first, "Done."))
+        second = [
+            *first,
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": next_message},
+        ]
+        scenario.append_sync("record", record(session, second, "Ran them."))
+
+    judge = BusyJudge(lambda: turns("late", "that is wrong, run the tests"))
+    recipe = ReefineRecipe(RecipeContext(cache_dir=tmp_path / "cache", config={"health": False}, model=judge))
+    try:
+        turns("early", "thanks, next one")
+        recipe.next_batch(scenario)
+        recipe.next_batch(scenario)  # a later look finds nothing left to judge
+        verdicts = sorted(
+            (i.data["metadata"]["session"], i.data["metadata"]["verdict"])
+            for i in scenario.data.iter_items(["report"])
+        )
+        assert verdicts == [("early", "accept"), ("late", "correct")]
+        assert judge.calls == 2
+    finally:
+        scenario.close()
