@@ -12,6 +12,11 @@ import pytest
 
 from reef_core.store import Store, StoreOptions
 
+# One thread a process for torch's (OpenMP's) kernels, in the workers and the daemons they start
+# (they inherit it): the suite runs several workers a core, and SmolLM2's small matrices gain
+# nothing from a second thread there, while threads that spin waiting for each other take the
+# core another worker's test needs.  A developer's own setting is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Tests never see the developer's or the machine's git configuration.
 os.environ["GIT_CONFIG_GLOBAL"] = os.devnull
 os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
