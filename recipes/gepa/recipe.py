@@ -39,11 +39,11 @@ from recipes.reefine import reflect, replay, usage
 from recipes.reefine.proposer import StepSkipped
 from recipes.reefine.recipe import ReefineConfig, ReefineRecipe
 from reef_core.errors import ConfigError, ConflictError
-from reef_core.harness import HarnessTree, changed_entries, needs_approval
+from reef_core.harness import HarnessTree, changed_entries
 from reef_core.learning import Batch, Budgets, Candidate, CheckResult, RecipeContext
 from reef_core.learning.model import CountingModel
 from reef_core.learning.worker import WORKER_SETTINGS
-from reef_core.store import Release, Scenario, build_tree
+from reef_core.store import Release, Scenario
 
 __all__ = ["SHARED", "GepaConfig", "GepaRecipe"]
 
@@ -214,14 +214,7 @@ class GepaRecipe(ReefineRecipe):
             usage=did.to_json(),
             gepa=gepa,
         )
-        return Candidate(
-            tree=str(build_tree(scenario.handle.repo, tree.files())),
-            operation="learn",
-            ask=summary,
-            record=record,
-            payload=model,
-            needs_approval=bool(did.held) or needs_approval(base_tree, tree),
-        )
+        return self._learned(scenario, base_tree, tree, summary, record, model, held=bool(did.held))
 
     def _validation(self) -> list[usage.Known]:
         """The held-out scored sessions a step validates on: the negative first, then the newest."""

@@ -333,14 +333,20 @@ class GrpoRecipe(Recipe):
         return Candidate(
             tree=tree,
             operation="training",
-            record={
-                "metrics": metrics,
-                "trained_from_version": version,
-                "samples": stats.samples,
-                "rewards": self.rewards.trained(s for s, _ in weighted),  # the judge's, people's
-            },
+            record=self._record(version, stats, metrics, weighted),
             payload=(served, candidate_model),
         )
+
+    def _record(
+        self, version: int, stats: StepStats, metrics: dict[str, float], weighted: list[tuple[Sample, float]]
+    ) -> dict[str, Any]:
+        """The step's account of itself, kept with its candidate."""
+        return {
+            "metrics": metrics,
+            "trained_from_version": version,
+            "samples": stats.samples,
+            "rewards": self.rewards.trained(s for s, _ in weighted),  # the judge's, people's
+        }
 
     def _propose_adapter(self, scenario: Scenario, weighted: list[tuple[Sample, float]]) -> Candidate:
         if self._policy is None or self._optimizer is None:
@@ -371,13 +377,7 @@ class GrpoRecipe(Recipe):
         return Candidate(
             tree=tree,
             operation="training",
-            record={
-                "metrics": metrics,
-                "trained_from_version": version,
-                "samples": stats.samples,
-                "rewards": self.rewards.trained(s for s, _ in weighted),  # the judge's, people's
-                "base": base,
-            },
+            record={**self._record(version, stats, metrics, weighted), "base": base},
             payload=(policy.view(served), policy.view(state), served, state),
         )
 

@@ -212,13 +212,28 @@ class UsageStep:
             "adapter": list(adapters),
             "proposer": "usage",
         }
+        return self._learned(scenario, base_tree, tree, summary, record, model, held=bool(did.held))
+
+    @staticmethod
+    def _learned(
+        scenario: Scenario,
+        base_tree: HarnessTree,
+        tree: HarnessTree,
+        summary: str,
+        record: dict[str, Any],
+        model: Any,
+        *,
+        held: bool,
+    ) -> Candidate:
+        """A candidate learned from usage (this step's or GEPA's): ``tree`` built in the
+        repository, waiting for a person when an edit is ``held`` or the tree changes code."""
         return Candidate(
             tree=str(build_tree(scenario.handle.repo, tree.files())),
             operation="learn",
             ask=summary,
             record=record,
             payload=model,
-            needs_approval=bool(did.held) or needs_approval(base_tree, tree),
+            needs_approval=held or needs_approval(base_tree, tree),
         )
 
     @staticmethod

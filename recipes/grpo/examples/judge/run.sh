@@ -18,9 +18,7 @@
 #   ROUNDS=6 REEF_PORT=8942 recipes/grpo/examples/judge/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../../../.." && pwd)"
-py="$root/.venv/bin/python"
-reef="$root/.venv/bin/reef"
+. "$here/../../../examples.sh" # root, py, reef, serve_smollm2
 port="${REEF_PORT:-8941}"
 url="http://127.0.0.1:$port"
 rounds="${ROUNDS:-3}"
@@ -33,19 +31,9 @@ if [ -n "${JUDGE_URL:-}" ]; then
   judge=(--recipe.config.judge-url "$JUDGE_URL" --recipe.config.judge-model "${JUDGE_MODEL:-default}")
   [ -n "${JUDGE_API_KEY_ENV:-}" ] && judge+=(--recipe.config.judge-api-key-env "$JUDGE_API_KEY_ENV")
 fi
-# SmolLM2's GGUF is converted once into the checkout's model cache (about 30 s), then read back
-"$reef" serve -c "$here/reef.toml" --reef.port "$port" --storage.state-dir "$state" \
-  --inference.model-cache "$root/.cache/models" "${judge[@]}" >"$state/reef.log" 2>&1 &
-daemon=$!
-trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true' EXIT
 echo "reef serves builtin:smollm2 with grpo, reward judge (judge: ${JUDGE_URL:-the served model}) at $url"
 echo "state and log in $state"
-for _ in $(seq 600); do
-  curl -sf "$url/healthz" >/dev/null && break
-  kill -0 "$daemon" 2>/dev/null || { cat "$state/reef.log"; exit 1; }
-  sleep 0.5
-done
-curl -sf "$url/healthz" >/dev/null || { echo "reef did not start: $state/reef.log"; exit 1; }
+serve_smollm2 "$port" "$state" "${judge[@]}"
 
 # the simulated user: round 0 asks the two held-out requests 6 times each, then each round asks
 # the training request 8 times and a held-out one twice, one session each; after a round it waits for the verdicts on its

@@ -11,9 +11,7 @@
 #   ROLLOUTS=20 REEF_PORT=8932 recipes/sao/examples/smollm2/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../../../.." && pwd)"
-py="$root/.venv/bin/python"
-reef="$root/.venv/bin/reef"
+. "$here/../../../examples.sh" # root, py, reef, serve_smollm2
 port="${REEF_PORT:-8931}"
 url="http://127.0.0.1:$port"
 rollouts="${ROLLOUTS:-8}"
@@ -21,18 +19,8 @@ scenario=sao-example
 state="$(mktemp -d "${TMPDIR:-/tmp}/reef-sao-example.XXXXXX")"
 repo="$state/scenarios/$scenario.git"
 
-# SmolLM2's GGUF is converted once into the checkout's model cache (about 30 s), then read back
-"$reef" serve -c "$here/reef.toml" --reef.port "$port" --storage.state-dir "$state" \
-  --inference.model-cache "$root/.cache/models" >"$state/reef.log" 2>&1 &
-daemon=$!
-trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true' EXIT
 echo "reef serves builtin:smollm2 with sao at $url (state and log in $state)"
-for _ in $(seq 600); do
-  curl -sf "$url/healthz" >/dev/null && break
-  kill -0 "$daemon" 2>/dev/null || { cat "$state/reef.log"; exit 1; }
-  sleep 0.5
-done
-curl -sf "$url/healthz" >/dev/null || { echo "reef did not start: $state/reef.log"; exit 1; }
+serve_smollm2 "$port" "$state"
 
 # the tip of the release chain (v1, the base model, appears once the learner has started)
 tip() {
