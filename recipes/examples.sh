@@ -1,6 +1,9 @@
 # What the recipes' examples (recipes/<name>/examples/<example>/run.sh) share; sourced, not run:
 #   here="$(cd "$(dirname "$0")" && pwd)"; . "$here/../../../examples.sh"
 # It sets root (the checkout), py and reef (its virtual environment's), and defines:
+#   example SCENARIO PORT
+# which sets scenario, port ($REEF_PORT, else PORT), url, state (a new temporary folder) and repo
+# (the scenario's repository in it), and
 #   serve_smollm2 PORT STATE [reef serve flags...]
 # which starts reef serve with the example's reef.toml on builtin:smollm2 (the GGUF converted
 # once into the checkout's model cache, about 30 s, then read back), logs to STATE/reef.log,
@@ -8,6 +11,14 @@
 root="$(cd "$here/../../../.." && pwd)"
 py="$root/.venv/bin/python"
 reef="$root/.venv/bin/reef"
+
+example() {
+  scenario=$1
+  port="${REEF_PORT:-$2}"
+  url="http://127.0.0.1:$port"
+  state="$(mktemp -d "${TMPDIR:-/tmp}/reef-$scenario.XXXXXX")"
+  repo="$state/scenarios/$scenario.git"
+}
 
 serve_smollm2() {
   local port=$1 state=$2

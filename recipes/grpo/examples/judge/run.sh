@@ -18,13 +18,9 @@
 #   ROUNDS=6 REEF_PORT=8942 recipes/grpo/examples/judge/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-. "$here/../../../examples.sh" # root, py, reef, serve_smollm2
-port="${REEF_PORT:-8941}"
-url="http://127.0.0.1:$port"
+. "$here/../../../examples.sh" # root, py, reef, example, serve_smollm2
+example judged 8941 # bench/cookbook_judge.py's scenario
 rounds="${ROUNDS:-3}"
-scenario=judged  # bench/cookbook_judge.py's
-state="$(mktemp -d "${TMPDIR:-/tmp}/reef-judge-example.XXXXXX")"
-repo="$state/scenarios/$scenario.git"
 
 judge=()
 if [ -n "${JUDGE_URL:-}" ]; then

@@ -11,13 +11,9 @@
 #   ROLLOUTS=20 REEF_PORT=8932 recipes/sao/examples/smollm2/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-. "$here/../../../examples.sh" # root, py, reef, serve_smollm2
-port="${REEF_PORT:-8931}"
-url="http://127.0.0.1:$port"
+. "$here/../../../examples.sh" # root, py, reef, example, serve_smollm2
+example sao-example 8931
 rollouts="${ROLLOUTS:-8}"
-scenario=sao-example
-state="$(mktemp -d "${TMPDIR:-/tmp}/reef-sao-example.XXXXXX")"
-repo="$state/scenarios/$scenario.git"
 
 echo "reef serves builtin:smollm2 with sao at $url (state and log in $state)"
 serve_smollm2 "$port" "$state"
