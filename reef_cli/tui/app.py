@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import webbrowser
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -232,11 +232,18 @@ class ReviewApp(App[None]):
             ),
         )
 
-    def action_stop_canary(self) -> None:
+    def _running_canary(self) -> tuple[Mapping[str, Any], str, str, str] | None:
+        """While the selected scenario's canary runs: its state, the scenario, the canary's name
+        and the release it was built on."""
         state, scenario = self._canary(), self.selection.scenario if self.selection else ""
         if not canary.is_running(state):
+            return None
+        return state, scenario, state["name"], state["base"]
+
+    def action_stop_canary(self) -> None:
+        if (running := self._running_canary()) is None:
             return
-        name, base = state["name"], state["base"]
+        state, scenario, name, base = running
         self._confirm(
             f"Stop canary {name} of {scenario}?",
             f"{name} stops serving its share of new sessions and is not published: {base} serves "
@@ -246,10 +253,9 @@ class ReviewApp(App[None]):
         )
 
     def action_promote_canary(self) -> None:
-        state, scenario = self._canary(), self.selection.scenario if self.selection else ""
-        if not canary.is_running(state):
+        if (running := self._running_canary()) is None:
             return
-        name, base = state["name"], state["base"]
+        state, scenario, name, base = running
         self._confirm(
             f"Promote canary {name} of {scenario} now?",
             f"{name} is published now as {scenario}'s next release and serves every new session, "
