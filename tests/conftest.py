@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import httpx._transports.default
 import pytest
 
 from reef_core.store import Store, StoreOptions
@@ -21,6 +23,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["GIT_CONFIG_GLOBAL"] = os.devnull
 os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
 os.environ.pop("REEF_TOKEN", None)
+
+# One TLS context for every httpx client the tests make.  httpx builds a new one for each
+# Client, and ``httpx.get``/``post`` make a Client a call: certifi's bundle read and parsed, 37 ms
+# of CPU each, for tests that speak plain HTTP on loopback thousands of times (polls included).
+# The workers spent minutes of the suite's CPU on it.  Any other verify or cert is built as asked.
+_build_ssl_context = httpx._transports.default.create_ssl_context
+_DEFAULT_SSL_CONTEXT = _build_ssl_context()
+
+
+def _shared_ssl_context(verify: object = True, cert: object = None, trust_env: bool = True) -> object:
+    if verify is True and cert is None and trust_env:
+        return _DEFAULT_SSL_CONTEXT
+    return _build_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+
+
+httpx._transports.default.create_ssl_context = _shared_ssl_context
 
 LFS_CONFIG = [
     "-c",
@@ -43,12 +61,16 @@ def git(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.C
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (its last answer)."""
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (its last answer):
+    every 10 ms at first, backing off to every 100 ms, so a long wait on a daemon's route does
+    not keep a core busy with polls the daemon must answer."""
     deadline = time.monotonic() + timeout
+    pause = 0.01
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(0.01)
+        time.sleep(pause)
+        pause = min(0.1, pause * 1.5)
     return bool(condition())
 
 

@@ -89,31 +89,26 @@ class Limits:
     deadline: float  # time.monotonic() after which no iteration starts
 
 
+@dataclass
 class Search:
     """One run from ``base`` (the current release's tree) over ``components`` (kind, name);
     ``render(case, served, tree)`` is the system prompt of ``case`` with ``tree`` in it (the
     adapter's ``prompt_context``)."""
 
-    def __init__(
-        self,
-        model: CountingModel,
-        base: HarnessTree,
-        components: list[tuple[str, str]],
-        train: list[Session],
-        val: list[Session],
-        render: Callable[[replay.ReplayCase, HarnessTree | None, HarnessTree], str],
-        limits: Limits,
-    ) -> None:
-        self.model = model
-        self.base = base
-        self.components = components
-        self.render = render
-        self.limits = limits
-        self.sessions = {s.id: s for s in [*train, *val]}
-        self.val = [s.id for s in val]
-        self.rng = random.Random(limits.seed)
-        self.batches = Minibatches([s.id for s in train], limits.minibatch_size, self.rng)
-        self.outcome = Run(Archive(Member(0, base, scores=dict.fromkeys(self.val, SCORES["tie"]))))
+    model: CountingModel
+    base: HarnessTree
+    components: list[tuple[str, str]]
+    train: list[Session]
+    validation: list[Session]
+    render: Callable[[replay.ReplayCase, HarnessTree | None, HarnessTree], str]
+    limits: Limits
+
+    def __post_init__(self) -> None:
+        self.sessions = {s.id: s for s in [*self.train, *self.validation]}
+        self.val = [s.id for s in self.validation]
+        self.rng = random.Random(self.limits.seed)
+        self.batches = Minibatches([s.id for s in self.train], self.limits.minibatch_size, self.rng)
+        self.outcome = Run(Archive(Member(0, self.base, scores=dict.fromkeys(self.val, SCORES["tie"]))))
         self.replayed: dict[tuple[int, str], dict[str, Any]] = {}  # (member, session) -> table row
 
     def run(self) -> Run:
