@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,14 +59,13 @@ SCENARIO = "demo"
 @dataclass(frozen=True)
 class Variant:
     help: str
-    micro: int = 0  # samples per forward/backward (0: the whole batch at once, as the recipe)
-    slim: bool = False  # logits only at the response positions (not at every prompt position)
+    micro: int = 0  # samples per forward/backward (0: the whole batch at once)
     checkpoint: bool = False  # gradient checkpointing of the decoder layers
     heldout_chunk: int = 32  # estimate_reward's chunk (32 before the fix; the recipe's default now: 8)
     trim: bool = False  # malloc_trim(0) after each phase (returns freed heap pages to the kernel)
     recipe: bool = False  # the recipe's policy_step itself, as one phase
     serve: bool = False  # also the no-collapse answers, the swap and a batch served on the adapter
-    heldout: bool = False  # also the held-out check (its memory changes only with slim and the chunk)
+    heldout: bool = False  # also the held-out check (its memory changes only with the chunk)
 
 
 VARIANTS = {
@@ -77,13 +76,11 @@ VARIANTS = {
     "micro4": Variant("micro-batches of 4 answers, gradients accumulated", micro=4),
     "micro2": Variant("micro-batches of 2 answers, gradients accumulated", micro=2),
     "micro1": Variant("one answer at a time, gradients accumulated", micro=1),
-    "slim": Variant("lm_head only at response positions (step and estimate)", slim=True, heldout=True),
     "ckpt": Variant("gradient checkpointing of the decoder layers", checkpoint=True),
     "trim": Variant("baseline + malloc_trim(0) after each phase", trim=True),
     "combined": Variant(
-        "micro4 + slim + held-out chunk 8 + malloc_trim",
+        "micro4 + held-out chunk 8 + malloc_trim",
         micro=4,
-        slim=True,
         heldout_chunk=8,
         trim=True,
         heldout=True,
@@ -216,46 +213,12 @@ def prepare(work: Path) -> dict[str, Any]:
     return {"phases": phases.rows, "groups": groups, "heldout": heldout}
 
 
-def slim_logprobs(model: Any, pad: int, prompts: list, responses: list, temperature: Any) -> Any:
-    """``causal_logprobs``' answer, with ``lm_head`` applied only where a response token is
-    predicted: logits ``[response tokens, vocab]`` instead of ``[B, prompt + response, vocab]``."""
-    import torch
-
-    rows = [[*p, *r] for p, r in zip(prompts, responses, strict=True)]
-    width, longest = max(len(r) for r in rows), max((len(r) for r in responses), default=0)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        attention[i, : len(row)] = 1
-    hidden = model.model(input_ids=ids, attention_mask=attention).last_hidden_state
-    picked = [
-        hidden[i, len(p) - 1 : len(p) - 1 + len(r)]
-        for i, (p, r) in enumerate(zip(prompts, responses, strict=True))
-    ]
-    logits = model.lm_head(torch.cat(picked))
-    logp = torch.zeros((len(rows), longest))
-    mask = torch.zeros((len(rows), longest))
-    at = 0
-    for i, response in enumerate(responses):
-        n = len(response)
-        if not n:
-            continue
-        t = temperature if isinstance(temperature, (int, float)) else temperature[i]
-        scores = torch.log_softmax(logits[at : at + n].float() / t, dim=-1)
-        logp[i, :n] = scores.gather(1, torch.tensor(response).unsqueeze(1)).squeeze(1)
-        mask[i, :n] = 1.0
-        at += n
-    return logp, mask
-
-
 def split_step(
     policy: Any,
     optimizer: Any,
     weighted: list,
     variant: Variant,
     phases: Phases,
-    score: Callable[..., Any],
     kl_coef: float,
     clip: float,
 ) -> dict[str, float]:
@@ -263,6 +226,8 @@ def split_step(
     loss of each micro-batch is its answers' share of the batch mean, so the accumulated
     gradient is the whole batch's."""
     import torch
+
+    from recipes.grpo.policy import causal_logprobs as score
 
     samples = [s for s, _ in weighted]
     n = len(samples)
@@ -359,7 +324,6 @@ def run_variant(name: str, work: Path) -> dict[str, Any]:
     served, version = engine.adapter_state(SCENARIO)
     policy.load(served)
     weighted = group_advantages(groups)
-    score = slim_logprobs if variant.slim else causal_logprobs
     started = time.perf_counter()
     if variant.recipe:
         with phases("step (policy_step)"):
@@ -375,13 +339,13 @@ def run_variant(name: str, work: Path) -> dict[str, Any]:
             memory.give_back()  # as the recipe does after its step
         result = {"loss": stats.loss, "kl": stats.kl, "clipped": stats.clipped}
     else:
-        result = split_step(policy, optimizer, weighted, variant, phases, score, config.kl, config.clip)
+        result = split_step(policy, optimizer, weighted, variant, phases, config.kl, config.clip)
     result["step_seconds"] = round(time.perf_counter() - started, 2)
     state = policy.state()
     safetensors.torch.save_file(state, str(work / f"state-{name}.safetensors"))
 
     def own(p: list, r: list, t: Any) -> Any:
-        return score(policy.lm, policy.pad, p, r, t)
+        return causal_logprobs(policy.lm, policy.pad, p, r, t)
 
     def base(p: list, r: list, t: Any) -> Any:
         with policy.peft.disable_adapter():

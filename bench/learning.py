@@ -2,7 +2,7 @@
 
     python bench/learning.py [--steps 20]                  # the parts, on the embedded model
     python bench/learning.py --loop tiny [--seeds 0,1,2] [--target 0.9]   # the whole loop
-    python bench/learning.py --loop smollm2 [--seeds 0]
+    python bench/learning.py --loop smollm2 [--seeds 0] [--time-limit 900]
 
 **The parts** (in one process, on the embedded model, pretrained once and cached under
 .cache/models): the time to generate one 48-token answer (the baseline), one policy-gradient
@@ -132,7 +132,7 @@ class _Peaks(threading.Thread):
             self.peak = max([self.peak, *(_hwm(p) for p in _descendants(self.pid))])
 
 
-def loop(model: str, seeds: list[int], target: float) -> None:
+def loop(model: str, seeds: list[int], target: float, time_limit: float | None = None) -> None:
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
             done = _run_watched(
@@ -149,6 +149,7 @@ def loop(model: str, seeds: list[int], target: float) -> None:
                     tmp,
                     "--target",
                     str(target),
+                    *(["--time-limit", str(time_limit)] if time_limit else []),
                     "--json",
                 ],
             )
@@ -229,7 +230,9 @@ def main() -> None:
             else [0]
         )
         target = float(sys.argv[sys.argv.index("--target") + 1]) if "--target" in sys.argv else 0.9
-        loop(model, seeds, target)
+        # the demo's own limit (480 s of teaching on smollm2) unless given: a busy machine needs more
+        limit = float(sys.argv[sys.argv.index("--time-limit") + 1]) if "--time-limit" in sys.argv else None
+        loop(model, seeds, target, limit)
         return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
     base = ensure_pretrained(ROOT / ".cache" / "models" / "tiny", seconds=default_pretrain_seconds())

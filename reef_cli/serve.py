@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from reef_cli import output as out
-from reef_core import __version__, daemon
+from reef_core import __version__, daemon, memory
 from reef_core.config import load_settings
 from reef_core.daemon import logs
 from reef_core.daemon.app import check_listening
@@ -47,6 +47,9 @@ def serve(
     Any setting can be given as a dotted flag: --reef.port 8901, --inference.upstream-url URL,
     --recipe reefine, --recipe.config.<field> VALUE, --storage.state-dir DIR.
     """
+    # first, while this is the process's only thread: every thread started from here on (the
+    # model's decoding, the learners, the event loop's executors) shares two malloc arenas
+    memory.cap_arenas()
     overrides = list(ctx.args) + (["--ops.log-format", log_format] if log_format is not None else [])
     settings = load_settings(file=config, overrides=overrides)
     if print_config:

@@ -1,16 +1,24 @@
 """A learning step's memory (``reef_core.memory``): the peak a watch reads covers what
-happened inside it and only since it began, an overlapping watch does not reset another's, and
-memory a step freed goes back to the system."""
+happened inside it and only since it began, an overlapping watch does not reset another's,
+memory a step freed goes back to the system, and ``reef serve``'s threads share two malloc
+arenas (the operator's ``MALLOC_ARENA_MAX`` left as it is)."""
 
 from __future__ import annotations
 
 import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
 from reef_core import memory
+from tests.daemon.test_process import CHAT, start
+from tests.fakes.upstream import ScriptedUpstream, upstream_fixture
+
+__all__ = ["upstream_fixture"]
 
 MB = 1 << 20
 
@@ -63,3 +71,43 @@ def test_memory_freed_in_small_blocks_goes_back_to_the_system():
     memory.give_back()
     assert rss() < held - 100 * MB
     assert kept.endswith(b"x")
+
+
+def arena_heaps(pid: int) -> int:
+    """Heaps of the malloc arenas other than the main one in process ``pid``: glibc maps each at
+    a multiple of its 64 MiB size, read-write from its start (the rest reserved, no access)."""
+    heaps = 0
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        span, perms, *rest = line.split()
+        start_address = int(span.split("-")[0], 16)
+        anonymous = len(rest) == 3  # offset, device, inode: no path
+        heaps += anonymous and perms.startswith("rw") and start_address % (64 << 20) == 0
+    return heaps
+
+
+@pytest.mark.parametrize("operator_cap", [None, "8"], ids=["reef's cap", "the operator's"])
+def test_the_daemons_threads_share_two_malloc_arenas(
+    tmp_path: Path, upstream: ScriptedUpstream, operator_cap: str | None
+):
+    """Every thread the daemon starts (event loop, its executors, the store's writers) allocates
+    from the same two arenas, so their freed memory is one pool, not one high-water per thread;
+    with ``MALLOC_ARENA_MAX`` set, the operator's number holds (and the threads spread wider)."""
+    env = {"MALLOC_ARENA_MAX": operator_cap or ""}  # empty: unset, whatever the tests run under
+    proc, url = start(tmp_path, upstream.url, env=env)
+    try:
+
+        def ask(n: int) -> int:
+            headers = {"x-reef-scenario": f"s{n % 4}"}
+            answer = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=30)
+            return answer.status_code
+
+        with ThreadPoolExecutor(8) as pool:  # concurrent requests: records written from several threads
+            assert set(pool.map(ask, range(32))) == {200}
+        heaps = arena_heaps(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    if operator_cap is None:
+        assert heaps <= memory.ARENAS - 1  # the main arena is the heap's, not a mapping of its own
+    else:
+        assert heaps > memory.ARENAS - 1

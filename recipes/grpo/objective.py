@@ -87,6 +87,23 @@ def _scores(scorer: Scorer, samples: Sequence[Sample]) -> LogProbs:
     return scorer.sequence_logprobs(*_batch(samples), temperature=[s.temperature for s in samples])
 
 
+#: answers scored in one forward without grad (the reference's log-probs, the held-out estimate):
+#: one forward for several answers is faster than one each (SmolLM2, 16 answers: 1.3 s in 8s,
+#: 2.6 s one by one), and costs little memory without grad (8: about 100 MB over what is resident)
+SCORE_CHUNK = 8
+
+
+def _reference_rows(reference: Scorer, samples: Sequence[Sample]) -> list[torch.Tensor]:
+    """``reference``'s log-probs of each answer's tokens, one row an answer."""
+    rows: list[torch.Tensor] = []
+    with torch.no_grad():
+        for start in range(0, len(samples), SCORE_CHUNK):
+            part = samples[start : start + SCORE_CHUNK]
+            logp, mask = _scores(reference, part)
+            rows += [logp[i, : int(mask[i].sum())] for i in range(len(part))]
+    return rows
+
+
 def policy_step(
     model: Policy,
     reference: Scorer,
@@ -96,7 +113,7 @@ def policy_step(
     kl_coef: float,
     clip: float,
     epochs: int = 1,
-    micro_batch: int = 2,
+    micro_batch: int = 1,
 ) -> StepStats:
     """PPO-clip updates against the recorded (behaviour) log-probs, plus k3 KL to ``reference``:
     ``epochs`` passes over the same scored answers (the clip keeps later passes from straying
@@ -105,31 +122,34 @@ def policy_step(
     Each pass is one optimizer step on the whole batch's mean loss, its gradient accumulated
     over micro-batches of ``micro_batch`` answers (each backward takes its answers' share of the
     mean), so a forward with grad holds the activations of a few answers, not of the group: on
-    SmolLM2 (about 2 MB of activations a token) a step of 16 answers peaks at 1.35 GB of RSS in
-    micro-batches of 2, 1.59 GB in 4, where it took 3.2 GB whole (docs/research/grpo-memory.md),
-    in about the same time (11.4 s against 12.2 s in 4).  The update is the batch's, up to the
-    order of a sum."""
+    SmolLM2 (about 2.5 MB of activations a token) a step of 16 answers took 3.2 GB of RSS whole;
+    in one process it peaks about 160 MB over what is resident one answer at a time, 310 MB two
+    at a time, in 6.4 s against 5.0 s (docs/research/grpo-memory.md).  The update is the batch's,
+    up to the order of a sum.  The reference's log-probs need no grad: they are scored
+    :data:`SCORE_CHUNK` answers at a time."""
     samples = [s for s, _ in weighted]
     size = max(1, micro_batch)
-    parts = [weighted[start : start + size] for start in range(0, len(weighted), size)]
-    with torch.no_grad():
-        references = [_scores(reference, [s for s, _ in part])[0] for part in parts]
+    parts = [range(start, min(len(weighted), start + size)) for start in range(0, len(weighted), size)]
+    references = _reference_rows(reference, samples)
     model.train()
     for _ in range(max(1, epochs)):
         optimizer.zero_grad()
         loss_sum = kl_sum = clipped_tokens = tokens = 0.0
-        for part, ref_logp in zip(parts, references, strict=True):
-            chosen = [s for s, _ in part]
+        for part in parts:
+            chosen = [samples[i] for i in part]
             logp, mask = _scores(model, chosen)
-            behaviour = torch.zeros_like(logp)
-            for row, s in enumerate(chosen):
-                behaviour[row, : len(s.logprobs)] = torch.tensor(s.logprobs[: logp.shape[1]])
-            advantages = torch.tensor([a for _, a in part], dtype=logp.dtype).unsqueeze(1)
+            behaviour, ref_logp = torch.zeros_like(logp), torch.zeros_like(logp)
+            for row, i in enumerate(part):
+                behaviour[row, : len(samples[i].logprobs)] = torch.tensor(
+                    samples[i].logprobs[: logp.shape[1]]
+                )
+                ref_logp[row, : len(references[i])] = references[i]
+            advantages = torch.tensor([weighted[i][1] for i in part], dtype=logp.dtype).unsqueeze(1)
             ratio = torch.exp((logp - behaviour) * mask)
             unclipped = ratio * advantages
             clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * advantages
             per_token = -torch.minimum(unclipped, clipped)
-            log_ratio = (ref_logp[:, : logp.shape[1]] - logp) * mask
+            log_ratio = (ref_logp - logp) * mask
             k3 = torch.exp(log_ratio) - log_ratio - 1
             lengths = mask.sum(dim=1).clamp(min=1)
             per_answer = ((per_token + kl_coef * k3) * mask).sum(dim=1) / lengths
@@ -178,7 +198,7 @@ def difference_error(now: Estimate, new: Estimate, samples: Sequence[Sample]) ->
 
 
 @torch.no_grad()
-def estimate_reward(model: Scorer, samples: Sequence[Sample], *, chunk: int = 8) -> Estimate:
+def estimate_reward(model: Scorer, samples: Sequence[Sample], *, chunk: int = SCORE_CHUNK) -> Estimate:
     """Expected reward of ``model`` on answers scored by people, by self-normalised importance
     sampling against the policy that wrote them.
 

@@ -116,27 +116,40 @@ def causal_logprobs(
 ) -> LogProbs:
     """``(log-probs, mask)`` of each response token under ``model`` (a causal LM), given its
     prompt and the tokens before it, at each row's temperature; ``[B, longest response]``.
-    Differentiable."""
+    Differentiable.
+
+    The vocabulary's logits are computed only at the positions that predict a response token
+    (``logits_to_keep``, a boolean mask): on SmolLM2 (49,152 tokens) the logits of a 64-token row
+    take 12.6 MB, of which the 24 answer positions need 4.7."""
     rows = [[*p, *r] for p, r in zip(prompts, responses, strict=True)]
     width, longest = max(len(r) for r in rows), max((len(r) for r in responses), default=0)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):  # right-padded: positions count from each row's start
-        ids[i, : len(row)] = torch.tensor(row)
+    keep = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True)):
+        ids[i, : len(row)] = torch.tensor(row)  # right-padded: positions count from each row's start
         attention[i, : len(row)] = 1
+        keep[i, len(prompt) - 1 : len(row) - 1] = True  # the positions that predict an answer token
     device = next(model.parameters()).device
-    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
     logp = torch.zeros((len(rows), longest), device=device)
     mask = torch.zeros((len(rows), longest), device=device)
-    for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
-        if not response:
+    if not longest:
+        return logp, mask
+    # [answer tokens of every row, vocabulary], row after row
+    logits = model(
+        input_ids=ids.to(device), attention_mask=attention.to(device), logits_to_keep=keep.to(device)
+    ).logits
+    at = 0
+    for i, response in enumerate(responses):
+        n = len(response)
+        if not n:
             continue
-        start, n = len(prompt) - 1, len(response)
         t = temperature if isinstance(temperature, (int, float)) else temperature[i]
-        scores = torch.log_softmax(logits[i, start : start + n].float() / t, dim=-1)
+        scores = torch.log_softmax(logits[at : at + n].float() / t, dim=-1)
         target = torch.tensor(response, device=device).unsqueeze(1)
         logp[i, :n] = scores.gather(1, target).squeeze(1)
         mask[i, :n] = 1.0
+        at += n
     return logp, mask
 
 

@@ -79,7 +79,7 @@ class GrpoConfig:
     lora_alpha: float = 32.0
     # answers in one forward with grad on a transformers model, gradients accumulated over the
     # batch (the update is the batch's): the step's memory is that of a few answers, not the group
-    micro_batch: int = 2
+    micro_batch: int = 1  # on SmolLM2 a step holds ~160 MB over the daemon's resident, ~310 with 2
     # whose scores train (recipes/grpo/rewards.py): "reports" (people's), "judge" (the next-turn
     # judge's verdicts) or "both"; the judge is the served model unless judge_url names an
     # OpenAI-compatible endpoint (judge_model, its key in the variable judge_api_key_env)
