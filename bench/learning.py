@@ -3,6 +3,7 @@
     python bench/learning.py [--steps 20]                  # the parts, on the embedded model
     python bench/learning.py --loop tiny [--seeds 0,1,2] [--target 0.9]   # the whole loop
     python bench/learning.py --loop smollm2 [--seeds 0] [--time-limit 900]
+    python bench/learning.py --loop tiny --seeds 0,1 --before DIR   # against another checkout
 
 **The parts** (in one process, on the embedded model, pretrained once and cached under
 .cache/models): the time to generate one 48-token answer (the baseline), one policy-gradient
@@ -23,6 +24,8 @@ record, and the daemon's peak over the run read from outside (the same for every
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -132,36 +135,46 @@ class _Peaks(threading.Thread):
             self.peak = max([self.peak, *(_hwm(p) for p in _descendants(self.pid))])
 
 
-def loop(model: str, seeds: list[int], target: float, time_limit: float | None = None) -> None:
+def _demo(
+    model: str, seed: int, target: float, time_limit: float | None, tree: Path
+) -> tuple[dict, list, int, int]:
+    """``reef demo`` of checkout ``tree`` once: its summary, step records, weights size and the
+    daemon's peak RSS.  On tiny the demo starts from the model pretrained once under .cache
+    (the same for every seed and checkout), not from its own 60 s of pretraining, whose quality
+    depends on how busy the machine is."""
+    with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
+        if model == "tiny":
+            base = ensure_pretrained(ROOT / ".cache" / "models" / "tiny", seconds=default_pretrain_seconds())
+            shutil.copytree(base, Path(tmp) / "models" / "tiny" / base.name)
+        done = _run_watched(
+            [
+                *(sys.executable, "-m", "reef_cli", "demo", "--model", model, "--seed", str(seed)),
+                *("--state-dir", tmp, "--target", str(target), "--json"),
+                *(["--time-limit", str(time_limit)] if time_limit else []),
+            ],
+            tree,
+        )
+        try:
+            summary = json.loads(done.stdout[done.stdout.index("{") :])
+        except ValueError:
+            print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")
+            raise SystemExit(f"reef demo --model {model} gave no summary (exit {done.returncode})") from None
+        repo = Path(summary["repository"])
+        return summary, _step_records(repo), _weights_size(repo), done.peak
+
+
+def loop(
+    model: str, seeds: list[int], target: float, time_limit: float | None = None, before: Path | None = None
+) -> None:
+    """Each seed's demo, described; with ``before`` (another checkout) that checkout's demo runs
+    first on the same seed, and a table compares the two at the end."""
+    compared: list[tuple[int, dict, dict]] = []
     for seed in seeds:
-        with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
-            done = _run_watched(
-                [
-                    sys.executable,
-                    "-m",
-                    "reef_cli",
-                    "demo",
-                    "--model",
-                    model,
-                    "--seed",
-                    str(seed),
-                    "--state-dir",
-                    tmp,
-                    "--target",
-                    str(target),
-                    *(["--time-limit", str(time_limit)] if time_limit else []),
-                    "--json",
-                ],
-            )
-            try:
-                summary = json.loads(done.stdout[done.stdout.index("{") :])
-            except ValueError:
-                print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")
-                failed = f"reef demo --model {model} gave no summary (exit {done.returncode})"
-                raise SystemExit(failed) from None
-            repo = Path(summary["repository"])
-            steps = _step_records(repo)
-            size = _weights_size(repo)
+        if before is not None:
+            earlier = _demo(model, seed, target, time_limit, before)[0]
+        summary, steps, size, peak = _demo(model, seed, target, time_limit, ROOT)
+        if before is not None:
+            compared.append((seed, earlier, summary))
         verdict = "reached" if summary["reached"] else "did not reach"
         curve = "  ".join(f"{c['release']} {c['heldout']:.2f}" for c in summary["curve"])
         selected = sum(1 for s in steps if s["verdict"] == "selected")
@@ -200,17 +213,28 @@ def loop(model: str, seeds: list[int], target: float, time_limit: float | None =
         if peaks:
             shown = "  ".join(f"{p:.0f}" for p in peaks)
             print(f"  peak RSS of each step (MB, its record): {shown}; max {max(peaks):.0f}")
-        print(f"  the daemon's peak RSS over the run (VmHWM): {done.peak / 1e6:.0f} MB")
+        print(f"  the daemon's peak RSS over the run (VmHWM): {peak / 1e6:.0f} MB")
+    if compared:
+        print(f"\n{model}, {before} against this tree, the same seeds one after the other:")
+        for seed, earlier, summary in compared:
+            for name, s in (("before", earlier), ("after", summary)):
+                curve = " ".join(f"{c['release']}:{c['heldout']:.2f}" for c in s["curve"])
+                print(
+                    f"  seed {seed} {name:6} reached {s['reached']!s:5} in {s['teaching_seconds']:6.1f}s, "
+                    f"{s['reports']:4d} reports  {curve}"
+                )
 
 
 class _Watched(subprocess.CompletedProcess):
     peak: int = 0
 
 
-def _run_watched(command: list[str]) -> _Watched:
-    """``command`` run to its end (output captured), with its processes' peak RSS."""
+def _run_watched(command: list[str], tree: Path = ROOT) -> _Watched:
+    """``command`` run to its end (output captured) in checkout ``tree`` (its code first on the
+    path), with its processes' peak RSS."""
     pipe = subprocess.PIPE
-    with subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, cwd=ROOT) as proc:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    with subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, cwd=tree, env=env) as proc:
         peaks = _Peaks(proc.pid)
         peaks.start()
         out, err = proc.communicate()
@@ -232,7 +256,8 @@ def main() -> None:
         target = float(sys.argv[sys.argv.index("--target") + 1]) if "--target" in sys.argv else 0.9
         # the demo's own limit (480 s of teaching on smollm2) unless given: a busy machine needs more
         limit = float(sys.argv[sys.argv.index("--time-limit") + 1]) if "--time-limit" in sys.argv else None
-        loop(model, seeds, target, limit)
+        before = Path(sys.argv[sys.argv.index("--before") + 1]).resolve() if "--before" in sys.argv else None
+        loop(model, seeds, target, limit, before)
         return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
     base = ensure_pretrained(ROOT / ".cache" / "models" / "tiny", seconds=default_pretrain_seconds())
