@@ -11,9 +11,8 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-# the embedded model the tests share, pretrained (for its minute) before the workers compete for
-# the CPU: pretraining is budgeted in seconds, and a minute shared with the suite's heaviest
-# tests left a model too garbled to ever say "Sure" (the grpo and canary tests learn from it)
+# the embedded model the tests share, pretrained (600 steps, about a minute) before the workers
+# compete for the CPU; its budget is in steps, so the model is the same however busy the machine
 .venv/bin/python -c "from reef_core.models.tiny import ensure_pretrained; ensure_pretrained('.cache/models/tiny', seconds=60)"
 workers=$(($(nproc) * 2))
 [ "$workers" -gt 8 ] && workers=8

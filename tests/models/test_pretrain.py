@@ -66,14 +66,16 @@ def test_pretrain_needs_a_budget():
 def test_ensure_pretrained_caches(tmp_path: Path, monkeypatch):
     calls: list[tuple[float, int]] = []
 
-    def fake_pretrain(config: TinyConfig, *, seconds: float, seed: int, log) -> tuple[TinyLM, None]:
-        calls.append((seconds, seed))
+    def fake_pretrain(
+        config: TinyConfig, *, seconds: None, max_steps: int, seed: int, log
+    ) -> tuple[TinyLM, None]:
+        calls.append((max_steps, seed))
         return TinyLM(config), None
 
     monkeypatch.setattr(importlib.import_module("reef_core.models.tiny.pretrain"), "pretrain", fake_pretrain)
     logs: list[str] = []
     first = ensure_pretrained(tmp_path, seconds=0.5, log=logs.append)
-    assert calls == [(0.5, 0)]
+    assert calls == [(5, 0)]  # a step budget: 10 steps a second of budget
     assert any("pretraining" in line for line in logs)
     assert load(first).config == TinyConfig()
     logs.clear()
