@@ -39,7 +39,7 @@ from reef_core.learning import RecipeContext
 from reef_core.models.tiny import prompt_ids
 from reef_core.sessions import is_explicit
 from reef_core.store import Scenario
-from tests.conftest import git
+from tests.conftest import git, wait_for
 from tests.daemon.conftest import RunningReef
 from tests.fakes.upstream import ScriptedUpstream
 from tests.recipes.conftest import ROOT, TEST_PRETRAIN_SECONDS
@@ -192,7 +192,9 @@ def test_reward_reports_reads_the_judges_verdicts_and_trains_on_none(tiny: Calla
             httpx.post(f"{reef.url}/reef/report", json=body, headers=headers).raise_for_status()
 
     score(source="judge", verdict="accept", session="p")
-    time.sleep(2)  # the worker looks every 0.2 s: a group and the held-out answers, all the judge's
+    # the worker looks every 0.2 s, in its own time on a busy machine: a group and the held-out
+    # answers, all the judge's, are read and none is trained on
+    wait_for(lambda: (learning(reef).get("recipe") or {}).get("judge_not_trained") == 6, timeout=60)
     now = learning(reef)
     assert (now["steps"], now["state"], now["recipe"]["judge_not_trained"]) == (0, "idle", 6)
     score()  # the same scores, a person's
