@@ -151,6 +151,10 @@ def _start_daemon(
         return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -289,6 +293,9 @@ def demo(
     serve = ["--storage.pack-every", "500", *chosen.serve]
     if canary:
         serve += [*chosen.canary_serve, *serve_flags(share)]
+    # a SIGTERM (a timeout, a supervisor, kill) ends the demo as Ctrl-C does, through the finally
+    # below that stops the daemon: started in a session of its own, it would outlive the demo
+    signal.signal(signal.SIGTERM, _terminated)
     proc = _start_daemon(state, port, log_path, chosen.spec, serve)
     repo = state / "scenarios" / f"{scenario}.git"
     view = _View(

@@ -1,0 +1,62 @@
+"""``reef demo`` stopped by SIGTERM (a timeout, a supervisor, ``kill``) stops its daemon too: the
+daemon runs in a session of its own, so nothing else would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import wait_for
+from tests.recipes.conftest import ROOT, TEST_PRETRAIN_SECONDS
+
+
+def _daemons(pid: int) -> list[int]:
+    """The ``reef serve`` processes among ``pid``'s children."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            found += [int(child)] if b"serve" in command else []
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_terminated_demo_stops_its_daemon(tmp_path: Path):
+    state = tmp_path / "demo"
+    state.mkdir()
+    cache = ROOT / ".cache" / "models"  # the embedded model, pretrained once for every test
+    cache.mkdir(parents=True, exist_ok=True)
+    (state / "models").symlink_to(cache)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "reef_cli", "demo", "--json", "--time-limit", "240", "--state-dir", state],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "REEF_TINY_PRETRAIN_SECONDS": TEST_PRETRAIN_SECONDS},
+    )
+    daemon = None
+    try:
+        log = state / "daemon.log"
+        assert wait_for(lambda: log.exists() and "serving on" in log.read_text(), timeout=300), (
+            log.read_text() if log.exists() else "no daemon.log"
+        )
+        (daemon,) = _daemons(demo.pid)
+        assert _alive(daemon)
+        demo.send_signal(signal.SIGTERM)
+        demo.communicate(timeout=90)
+        assert demo.returncode == 128 + signal.SIGTERM
+        assert wait_for(lambda: not _alive(daemon), timeout=60), "the daemon outlived the demo"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(30)
+        if daemon is not None and _alive(daemon):  # the failure this test is for: leave no orphan
+            os.kill(daemon, signal.SIGKILL)
