@@ -18,6 +18,17 @@ from reef_core.store import Store
 from tests.recipes.conftest import ROOT, TEST_PRETRAIN_SECONDS
 
 
+def demo_state(tmp_path: Path) -> Path:
+    """A demo's state directory whose model cache is the embedded model pretrained once for
+    every test."""
+    state = tmp_path / "demo"
+    state.mkdir()
+    cache = ROOT / ".cache" / "models"
+    cache.mkdir(parents=True, exist_ok=True)
+    (state / "models").symlink_to(cache)
+    return state
+
+
 @pytest.mark.parametrize("share", ["0", "1", "1.5", "-0.2"])
 def test_a_share_outside_zero_to_one_is_refused_before_starting_anything(tmp_path: Path, share: str):
     result = CliRunner().invoke(app, ["demo", "--canary-share", share, "--state-dir", str(tmp_path / "d")])
@@ -28,11 +39,7 @@ def test_a_share_outside_zero_to_one_is_refused_before_starting_anything(tmp_pat
 
 @pytest.mark.slow
 def test_the_canary_demo_shows_its_canaries_and_publishes_only_through_them(tmp_path: Path):
-    state = tmp_path / "demo"
-    state.mkdir()
-    cache = ROOT / ".cache" / "models"  # the embedded model, pretrained once for every test
-    cache.mkdir(parents=True, exist_ok=True)
-    (state / "models").symlink_to(cache)
+    state = demo_state(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "reef_cli", "demo", "--canary", "--canaries", "1", "--time-limit", "240",
          "--state-dir", str(state)],

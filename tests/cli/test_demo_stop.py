@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli.test_demo_canary import demo_state
 from tests.conftest import wait_for
-from tests.recipes.conftest import ROOT, TEST_PRETRAIN_SECONDS
+from tests.recipes.conftest import TEST_PRETRAIN_SECONDS
 
 
 def _daemons(pid: int) -> list[int]:
@@ -31,11 +32,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_terminated_demo_stops_its_daemon(tmp_path: Path):
-    state = tmp_path / "demo"
-    state.mkdir()
-    cache = ROOT / ".cache" / "models"  # the embedded model, pretrained once for every test
-    cache.mkdir(parents=True, exist_ok=True)
-    (state / "models").symlink_to(cache)
+    state = demo_state(tmp_path)
     demo = subprocess.Popen(
         [sys.executable, "-m", "reef_cli", "demo", "--json", "--time-limit", "240", "--state-dir", state],
         stdout=subprocess.PIPE,
