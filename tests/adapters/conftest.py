@@ -4,7 +4,8 @@
 The daemon fixtures are the daemon tests' (``make_reef``: the basic recipe) and the reefine
 tests' (``reefine``: asks become releases, with the real pi as the health check).
 
-Which pi: ``pi_bin``, by default any pi reef accepts (``$REEF_PI``, the project's 0.73.1, PATH);
+Which pi: ``pi_bin``, by default any pi reef accepts (``$REEF_PI``, which ``tests/conftest.py``
+sets to the project's 1.6.0 unless the developer has; then the project's 0.73.1, PATH);
 a test marked :data:`both_pis` runs once with each tested pi (the oldest supported, 0.73.1, and
 the newest, 1.6.0 with its node; ``scripts/setup.sh --dev`` installs both, and a missing one
 fails the test).  The person's ``REEF_PI`` and the reefine daemon's health-check pi are that pi.

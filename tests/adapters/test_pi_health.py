@@ -31,7 +31,7 @@ HELLO_EXTENSION = (
 
 @pytest.fixture(scope="module")
 def pi() -> PiBinary:
-    return require_pi()
+    return require_pi(PI_VERSION)
 
 
 @pytest.fixture

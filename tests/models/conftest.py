@@ -21,7 +21,10 @@ def untrained() -> TinyLM:
     return TinyLM(TinyConfig()).eval()
 
 
-@pytest.fixture(scope="session")
+# module-scoped (its tests are in test_pretrain.py), so that the suite's workers keep its tests on
+# one worker (tests/conftest.py) and pretrain once: session-scoped, each worker that ran one of
+# them pretrained again (11 s of CPU each)
+@pytest.fixture(scope="module")
 def pretrained() -> tuple[TinyLM, PretrainReport]:
     return pretrain(seconds=PRETRAIN_SECONDS, max_steps=PRETRAIN_STEPS, seed=0)
 

@@ -4,7 +4,8 @@ Missing pi is a failure, not a skip: CI installs it (``scripts/setup.sh --dev``)
 only hide a broken setup.
 
 ``require_pi()`` is any pi reef accepts (0.73.1 or newer: ``$REEF_PI``, the project's
-``.cache/tools`` install, PATH).  ``require_pi(version)`` is the project's install of exactly
+``.cache/tools`` install, PATH); in the suite ``$REEF_PI`` is the newest tested pi unless the
+developer set it (``tests/conftest.py``).  ``require_pi(version)`` is the project's install of exactly
 that pi, one of :data:`TESTED_PIS`: the oldest supported and the newest tested, which
 ``scripts/setup.sh --dev`` installs side by side (pi 1.x with the node it needs next to it).
 """
