@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -30,6 +31,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket that listens on ``port`` (any local address)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in (line.split() for line in Path(table).read_text().splitlines()[1:]):
+            if row[1].endswith(f":{port:04X}") and row[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{row[9]}]")
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed while listed
+            held.add(os.readlink(fd))
+    return bool(inodes & held)
+
+
 def start(
     tmp_path: Path,
     upstream_url: str,
@@ -38,36 +53,55 @@ def start(
     log: IO[str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
 ):
-    """A real ``reef serve`` on a free port, once healthy; its output piped, or to ``log``."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            REEF,
-            "serve",
-            "--reef.port",
-            str(port),
-            "--storage.state-dir",
-            str(tmp_path / "state"),
-            "--inference.upstream-url",
-            upstream_url,
-            *flags,
-        ],
-        stdout=log or subprocess.PIPE,
-        stderr=subprocess.STDOUT if log else subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-        preexec_fn=preexec_fn,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
+    """A real ``reef serve`` on a free port, once healthy; its output piped, or to ``log``.
+
+    The port was free when it was picked, but another worker's daemon may bind it before this
+    one does: then this daemon exits ("address in use") while the other answers on the port, so
+    the port counts only once this process is the one listening on it, and a lost port is
+    picked again."""
+    for _ in range(3):
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                REEF,
+                "serve",
+                "--reef.port",
+                str(port),
+                "--storage.state-dir",
+                str(tmp_path / "state"),
+                "--inference.upstream-url",
+                upstream_url,
+                *flags,
+            ],
+            stdout=log or subprocess.PIPE,
+            stderr=subprocess.STDOUT if log else subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            preexec_fn=preexec_fn,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200 and listening(proc.pid, port):
+                    return proc, url
+            except httpx.HTTPError:
+                pass
             time.sleep(0.05)
+        if proc.poll() is None or "address already in use" not in _said(proc, log):
+            break
     proc.kill()
-    pytest.fail(f"reef serve did not start: {proc.communicate()[1] if log is None else 'see its log'}")
+    pytest.fail(f"reef serve did not start: {_said(proc, log)}")
+
+
+def _said(proc: subprocess.Popen, log: IO[str] | None) -> str:
+    """What an exited (or killed) daemon wrote: its stderr, or its log file."""
+    if log is None:
+        proc.kill()
+        return proc.communicate()[1]
+    proc.wait(10)
+    log.flush()
+    return Path(log.name).read_text()
 
 
 def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path, upstream):
@@ -88,6 +122,24 @@ def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path, upstream):
     assert "serving on" in err and "tok-abcdef-123456" not in err  # tokens never reach the log
     assert Store(tmp_path / "state").reader("p").data.get(receipt).id == receipt
     git("-C", str(tmp_path / "state" / "scenarios" / "p.git"), "fsck", "--strict", "--no-dangling")
+
+
+def test_start_never_mistakes_another_daemon_on_its_port_for_its_own(
+    tmp_path, upstream, make_reef, monkeypatch
+):
+    """The race the suite's workers can lose: the port ``start`` picked is bound by another
+    daemon (here an in-process one, answering /healthz) before ``reef serve`` binds it."""
+    other = make_reef()
+    taken = int(other.url.rsplit(":", 1)[1])
+    ports = iter([taken, free_port()])
+    monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(ports))
+    proc, url = start(tmp_path, upstream.url)
+    try:
+        assert url != other.url and listening(proc.pid, int(url.rsplit(":", 1)[1]))
+        assert not listening(proc.pid, taken)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
 
 def test_a_taken_port_is_one_clear_line(tmp_path, upstream):
