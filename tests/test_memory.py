@@ -73,15 +73,28 @@ def test_memory_freed_in_small_blocks_goes_back_to_the_system():
     assert kept.endswith(b"x")
 
 
-def arena_heaps(pid: int) -> int:
-    """Heaps of the malloc arenas other than the main one in process ``pid``: glibc maps each at
-    a multiple of its 64 MiB size, read-write from its start (the rest reserved, no access)."""
-    heaps = 0
+HEAP = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit
+
+
+def arena_heaps(pid: int) -> list[str]:
+    """The heaps of the malloc arenas other than the main one in process ``pid``, as their
+    ``/proc/PID/maps`` lines.  glibc reserves each as 64 MiB at a multiple of 64 MiB, with no
+    access, and opens it read-write from its start as it grows: an anonymous read-write mapping
+    at such an address that is the whole 64 MiB, or that the reserved rest follows up to the
+    64 MiB boundary.  (A looser reading, any anonymous read-write mapping at such an address,
+    also counted a thread stack or a large block that happened to start there.)"""
+    rows = []
     for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
         span, perms, *rest = line.split()
-        start_address = int(span.split("-")[0], 16)
-        anonymous = len(rest) == 3  # offset, device, inode: no path
-        heaps += anonymous and perms.startswith("rw") and start_address % (64 << 20) == 0
+        start, end = (int(half, 16) for half in span.split("-"))
+        rows.append((start, end, perms, len(rest) == 3, line))  # offset, device, inode: no path
+    heaps = []
+    for (start, end, perms, anonymous, line), after in zip(rows, [*rows[1:], None], strict=True):
+        if not (anonymous and perms.startswith("rw") and start % HEAP == 0 and end - start <= HEAP):
+            continue
+        reserved = after is not None and after[0] == end and after[2].startswith("---") and after[3]
+        if end - start == HEAP or (reserved and after[1] >= start + HEAP):
+            heaps.append(line)
     return heaps
 
 
@@ -108,6 +121,6 @@ def test_the_daemons_threads_share_two_malloc_arenas(
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     if operator_cap is None:
-        assert heaps <= memory.ARENAS - 1  # the main arena is the heap's, not a mapping of its own
+        assert len(heaps) <= memory.ARENAS - 1, heaps  # the main arena is the heap's, not a mapping
     else:
-        assert heaps > memory.ARENAS - 1
+        assert len(heaps) > memory.ARENAS - 1, heaps

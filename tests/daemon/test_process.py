@@ -88,16 +88,16 @@ def start(
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        if proc.poll() is None or "address already in use" not in _said(proc, log):
+        said = "" if proc.poll() is None else _said(proc, log)  # still starting: read once killed
+        if "address already in use" not in said:
             break
-    proc.kill()
-    pytest.fail(f"reef serve did not start: {_said(proc, log)}")
+    pytest.fail(f"reef serve did not start: {said or _said(proc, log)}")
 
 
 def _said(proc: subprocess.Popen, log: IO[str] | None) -> str:
-    """What an exited (or killed) daemon wrote: its stderr, or its log file."""
+    """What a daemon wrote, once it is gone (killed if it was not): its stderr, or its log."""
+    proc.kill()
     if log is None:
-        proc.kill()
         return proc.communicate()[1]
     proc.wait(10)
     log.flush()
