@@ -6,7 +6,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from reef_core.harness import HEALTH_TASK
 from reef_core.harness import HarnessBinary as PiBinary
 from tests.fakes.upstream import Hang, ScriptedUpstream, Text, free_port
 from tests.reefine.pi import require_pi
+from tests.store.procs import alive
 
 pytestmark = pytest.mark.e2e
 
@@ -167,14 +167,6 @@ export default function (pi: any) {
 """
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has already died
-
-
 def test_a_hanging_endpoint_hits_the_timeout_and_the_process_group_is_killed(pi, up, tmp_path):
     pids_file = tmp_path / "pids"
     up.script(Hang())
@@ -190,9 +182,9 @@ def test_a_hanging_endpoint_hits_the_timeout_and_the_process_group_is_killed(pi,
     assert len(up.requests) == 1
     pids = [int(pid) for pid in pids_file.read_text().split()]
     deadline = time.monotonic() + 3  # the orphaned child is reaped by init, soon
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [pid for pid in pids if _running(pid)] == []
+    assert [pid for pid in pids if alive(pid)] == []
 
 
 def test_find_pi_honours_reef_pi(pi, tmp_path):

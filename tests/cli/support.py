@@ -11,14 +11,26 @@ from typer.testing import CliRunner, Result
 
 from reef_cli.main import app
 from reef_core.store import Candidate, Release, Store, build_tree
+from tests.recipes.conftest import ROOT
 
-__all__ = ["candidate", "chat", "publish", "reef", "releases_of"]
+__all__ = ["candidate", "chat", "demo_state", "publish", "reef", "releases_of"]
 
 _runner = CliRunner()
 
 
 def reef(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:
     return _runner.invoke(app, list(args), env=env, input=input)
+
+
+def demo_state(tmp_path: Path) -> Path:
+    """A demo's state directory whose model cache is the embedded model pretrained once for
+    every test."""
+    state = tmp_path / "demo"
+    state.mkdir()
+    cache = ROOT / ".cache" / "models"
+    cache.mkdir(parents=True, exist_ok=True)
+    (state / "models").symlink_to(cache)
+    return state
 
 
 def chat(

@@ -15,18 +15,8 @@ from typer.testing import CliRunner
 from reef_cli.main import app
 from reef_core.learning.canary import ENDED
 from reef_core.store import Store
-from tests.recipes.conftest import ROOT, TEST_PRETRAIN_SECONDS
-
-
-def demo_state(tmp_path: Path) -> Path:
-    """A demo's state directory whose model cache is the embedded model pretrained once for
-    every test."""
-    state = tmp_path / "demo"
-    state.mkdir()
-    cache = ROOT / ".cache" / "models"
-    cache.mkdir(parents=True, exist_ok=True)
-    (state / "models").symlink_to(cache)
-    return state
+from tests.cli.support import demo_state
+from tests.recipes.conftest import TEST_PRETRAIN_SECONDS
 
 
 @pytest.mark.parametrize("share", ["0", "1", "1.5", "-0.2"])

@@ -9,26 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.test_demo_canary import demo_state
+from tests.cli.support import demo_state
 from tests.conftest import wait_for
 from tests.recipes.conftest import TEST_PRETRAIN_SECONDS
+from tests.store.procs import alive, descendants
 
 
 def _daemons(pid: int) -> list[int]:
-    """The ``reef serve`` processes among ``pid``'s children."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            found += [int(child)] if b"serve" in command else []
-    return found
+    """The ``reef serve`` processes below ``pid``."""
+    return [p for p in descendants(pid) if "serve" in _command(p)]
 
 
-def _alive(pid: int) -> bool:
+def _command(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    except OSError:  # it ended while listed (a git the daemon ran)
+        return []
 
 
 def test_a_terminated_demo_stops_its_daemon(tmp_path: Path):
@@ -46,14 +42,14 @@ def test_a_terminated_demo_stops_its_daemon(tmp_path: Path):
             log.read_text() if log.exists() else "no daemon.log"
         )
         (daemon,) = _daemons(demo.pid)
-        assert _alive(daemon)
+        assert alive(daemon)
         demo.send_signal(signal.SIGTERM)
         demo.communicate(timeout=90)
         assert demo.returncode == 128 + signal.SIGTERM
-        assert wait_for(lambda: not _alive(daemon), timeout=60), "the daemon outlived the demo"
+        assert wait_for(lambda: not alive(daemon), timeout=60), "the daemon outlived the demo"
     finally:
         if demo.poll() is None:
             demo.kill()
             demo.wait(30)
-        if daemon is not None and _alive(daemon):  # the failure this test is for: leave no orphan
+        if daemon is not None and alive(daemon):  # the failure this test is for: leave no orphan
             os.kill(daemon, signal.SIGKILL)

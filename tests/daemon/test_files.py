@@ -33,6 +33,7 @@ from tests.conftest import git, wait_for
 from tests.daemon.test_many_scenarios import low_file_limit
 from tests.daemon.test_process import start
 from tests.fakes.upstream import Delay, Text
+from tests.store.procs import descriptors
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 SCENARIOS = 1000
@@ -98,17 +99,9 @@ class Load:
 
 def held(pid: int) -> tuple[int, int, int]:
     """(open files that are not sockets, sockets, threads) of process ``pid``."""
-    sockets = files = 0
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except FileNotFoundError:  # closed while listed
-            continue
-        if target.startswith("socket:"):
-            sockets += 1
-        else:
-            files += 1
-    return files, sockets, len(list(Path(f"/proc/{pid}/task").iterdir()))
+    targets = descriptors(pid)
+    sockets = sum(target.startswith("socket:") for target in targets)
+    return len(targets) - sockets, sockets, len(list(Path(f"/proc/{pid}/task").iterdir()))
 
 
 def _open_count(url: str) -> int:
@@ -342,11 +335,7 @@ def test_the_budget_charges_opens_at_once_and_counts_only_near_the_limit():
 def open_files_under(root: Path) -> int:
     """This process's descriptors on files under ``root``: the process-wide count also moves
     when libgit2 closes packs an earlier test in this worker left open (the cap evicts them)."""
-    held = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            held += Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(root)
-    return held
+    return sum(Path(target).is_relative_to(root) for target in descriptors())
 
 
 def test_one_open_scenario_holds_nine_descriptors_and_packs_are_capped(store):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -20,6 +19,7 @@ import pytest
 from reef_core.store import Store
 from reef_core.store.packer import wait_for_repack
 from tests.conftest import git
+from tests.store.procs import descriptors
 
 REEF = str(Path(sys.executable).with_name("reef"))
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -38,11 +38,7 @@ def listening(pid: int, port: int) -> bool:
         for row in (line.split() for line in Path(table).read_text().splitlines()[1:]):
             if row[1].endswith(f":{port:04X}") and row[3] == "0A":  # 0A: LISTEN
                 inodes.add(f"socket:[{row[9]}]")
-    held = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):  # closed while listed
-            held.add(os.readlink(fd))
-    return bool(inodes & held)
+    return bool(inodes & set(descriptors(pid)))
 
 
 def start(

@@ -6,7 +6,6 @@ the real builtin:smollm2 (scripts/setup.sh --dev installs it) and asks it a ques
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -31,7 +30,7 @@ from reef_core.models.hf import (
     resolve,
 )
 from tests.models.tiny_hf import write_llama_dir, write_llama_gguf
-from tests.upstream.smollm2 import model_cache
+from tests.upstream.smollm2 import load_shared, model_cache
 
 __all__ = ["model_cache"]  # the run's shared SmolLM2 cache, a fixture
 
@@ -403,9 +402,7 @@ def test_builtin_smollm2_answers_through_the_conversion_cache(model_cache: Path)
     the converted copy."""
     cache = model_cache
     source = smollm2()
-    with (cache / "conversion.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        load(source, cache=cache)  # converts, unless a test of this run already has
+    load_shared(source, cache)  # converts, unless a test of this run already has
     model, tokenizer = load(resolve(BUILTIN_SMOLLM2, cache=cache), cache=cache)
     assert (converted_path(source, cache) / "model.safetensors").is_file()
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 2

@@ -1,4 +1,5 @@
-"""Worker processes for the crash and race tests: ``python -m tests.store.procs COMMAND …``."""
+"""Worker processes for the crash and race tests (``python -m tests.store.procs COMMAND …``), and
+the tests' readers of Linux ``/proc``: processes, their children, whether one runs, its descriptors."""
 
 from __future__ import annotations
 
@@ -90,4 +91,25 @@ def descendants(pid: int) -> list[int]:
         children = [p for p, (ppid, _, _) in table.items() if ppid == parent]
         found += children
         frontier += children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process: not gone, and not a zombie (which has already died)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def descriptors(pid: int | str = "self") -> list[str]:
+    """What each open descriptor of process ``pid`` points at (a path, ``socket:[inode]``, …);
+    one closed while they are listed is left out."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
     return found

@@ -17,7 +17,7 @@ import pytest
 
 from reef_core.errors import ConfigError
 
-__all__ = ["model_cache", "smollm2"]
+__all__ = ["load_shared", "model_cache", "smollm2"]
 
 
 def _source() -> Any:
@@ -43,10 +43,17 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def smollm2(model_cache: Path) -> tuple[Any, Any, Any]:
     """``(source, model, tokenizer)``."""
-    from reef_core.models import hf
 
     source = _source()
-    with (model_cache / "conversion.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        model, tokenizer = hf.load(source, cache=model_cache)
+    model, tokenizer = load_shared(source, model_cache)
     return source, model, tokenizer
+
+
+def load_shared(source: Any, cache: Path) -> tuple[Any, Any]:
+    """``hf.load`` into the run's shared ``cache``, under its lock: the first caller of the run
+    converts, the others wait for it and then read the converted copy."""
+    from reef_core.models import hf
+
+    with (cache / "conversion.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return hf.load(source, cache=cache)
