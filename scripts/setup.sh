@@ -47,15 +47,16 @@ if [ "$dev" = 1 ] && ! command -v bwrap >/dev/null 2>&1; then
 fi
 
 # tmux and strace: the adapters' interactive tests drive real pi and Claude Code sessions through
-# tmux, and trace Claude Code's network calls with strace (--dev only).
-for tool in tmux strace; do
+# tmux, and trace Claude Code's network calls with strace; chromium: a headless browser opens a
+# page on another origin that tries to drive the daemon (tests/daemon/test_browsers.py) (--dev only).
+for tool in tmux strace chromium; do
   if [ "$dev" = 1 ] && ! command -v "$tool" >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "installing $tool with apt-get"
       apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
     else
-      echo "note: $tool is missing (e.g. sudo apt-get install $tool): tests/adapters/test_*_tmux.py will fail"
+      echo "note: $tool is missing (e.g. sudo apt-get install $tool): the tests that use it will fail"
     fi
   fi
 done
