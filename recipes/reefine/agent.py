@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from recipes.reefine.proposer import Proposal, StepSkipped
-from recipes.reefine.sandbox import LoopbackBridge, bwrap_command, bwrap_problem, forwarder_command
+from reef_core.sandbox import LoopbackBridge, bwrap_command, bwrap_problem, forwarder_command
 from recipes.reefine.try_harness import read_workspace, tree_digest
 from reef_core.errors import InvalidInput
 from reef_core.harness import (
