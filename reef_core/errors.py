@@ -8,6 +8,9 @@
     │   └── ScenarioLocked    another process already writes this scenario
     ├── Unauthorized          a request without a valid token
     ├── PayloadTooLarge       a request body over the configured limit
+    ├── ForeignRequest        a browser's request from another site (Host or Origin not ours)
+    ├── UnsupportedMediaType  a body that is not JSON sent to a JSON route
+    ├── LimitReached          a configured cap (scenarios) would be passed: the setting named
     ├── StoreError            the repository could not be read or written
     │   ├── DiskFull          the file system under the state directory has no room left
     │   ├── OutOfFiles        the process is at its open-file limit: try again shortly (503)
@@ -15,7 +18,8 @@
     └── UpstreamError         the model endpoint failed us
         ├── UpstreamRejected  it answered 4xx (status and body kept, relayed to the caller)
         ├── UpstreamUnavailable  connection refused or reset, 5xx, no upstream configured
-        │   └── EngineExited  a managed SGLang server ended or never got ready (log tail kept)
+        │   ├── EngineExited  a managed SGLang server ended or never got ready (log tail kept)
+        │   └── UpstreamTooLarge  its answer ran past inference.max-answer-bytes
         ├── UpstreamTimeout   it did not answer in time
         ├── WeightSwapError   an SGLang hot-swap did not take effect (the failed stage named)
         └── TokenCaptureError  SGLang answered without the token ids and logprobs asked for
@@ -33,7 +37,9 @@ __all__ = [
     "ConflictError",
     "DiskFull",
     "EngineExited",
+    "ForeignRequest",
     "InvalidInput",
+    "LimitReached",
     "NotFound",
     "OutOfFiles",
     "PayloadTooLarge",
@@ -43,9 +49,11 @@ __all__ = [
     "StoreError",
     "TokenCaptureError",
     "Unauthorized",
+    "UnsupportedMediaType",
     "UpstreamError",
     "UpstreamRejected",
     "UpstreamTimeout",
+    "UpstreamTooLarge",
     "UpstreamUnavailable",
     "WeightSwapError",
 ]
@@ -98,6 +106,28 @@ class Unauthorized(ReefError):
 class PayloadTooLarge(ReefError):
     code = "payload_too_large"
     http_status = 413
+
+
+class ForeignRequest(ReefError):
+    """A request a web page sent (403): its ``Host`` is no name of this daemon (DNS rebinding)
+    or its ``Origin`` is another site's; the message names the setting that would allow it."""
+
+    code = "foreign_request"
+    http_status = 403
+
+
+class UnsupportedMediaType(ReefError):
+    """A body sent to a JSON route without a JSON ``Content-Type`` (415)."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class LimitReached(ReefError):
+    """A configured cap would be passed (403); the message names the setting that raises it."""
+
+    code = "limit_reached"
+    http_status = 403
 
 
 class StoreError(ReefError):
@@ -156,6 +186,12 @@ class UpstreamRejected(UpstreamError):
 class UpstreamUnavailable(UpstreamError):
     code = "upstream_unavailable"
     http_status = 502
+
+
+class UpstreamTooLarge(UpstreamUnavailable):
+    """The upstream's answer ran past ``inference.max-answer-bytes`` (502): it was not read on."""
+
+    code = "upstream_too_large"
 
 
 class UpstreamTimeout(UpstreamError):

@@ -30,7 +30,10 @@ def presented_token(request: web.Request) -> str | None:
 
 
 def _matches(presented: str, tokens: Sequence[str]) -> bool:
-    given = presented.encode()
+    try:
+        given = presented.encode()
+    except UnicodeEncodeError:  # a header that was not UTF-8 (aiohttp keeps such bytes as surrogates)
+        return False  # no token is: it matches none
     found = False
     for token in tokens:  # no early exit: the time taken does not depend on which one matched
         found |= hmac.compare_digest(given, token.encode())

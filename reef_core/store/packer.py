@@ -151,7 +151,7 @@ class PackError(Exception):
     pass
 
 
-def compress(repo_path: Path, git: Git, *, ref: str = DATA_REF) -> list[str]:
+def compress(repo_path: Path, git: Git, *, ref: str = DATA_REF, durable: bool = False) -> list[str]:
     """Put the writer's packs, and loose objects, into compressed, deltified packs (git's);
     returns the new packs' names.
 
@@ -159,7 +159,8 @@ def compress(repo_path: Path, git: Git, *, ref: str = DATA_REF) -> list[str]:
     its tip back to where that one stopped (:data:`_PACKED_TIP`), which gives git their paths
     to pair trees for deltas; whatever else the writer's packs hold (a batch whose ref moved
     after the tip was read, one that lost a race) and loose objects are added by id.  The
-    writer's packs are removed once every object in them is in a pack git made.
+    writer's packs are removed once every object in them is in a pack git made (``durable``:
+    and the packs git made are on disk, :func:`_make_durable`).
     """
     pack_dir = repo_path.absolute() / "objects" / "pack"
     writer, made_by_git = _pack_names(pack_dir)
@@ -183,6 +184,8 @@ def compress(repo_path: Path, git: Git, *, ref: str = DATA_REF) -> list[str]:
     rest += loose
     if rest:
         made += git(["pack-objects", *_COMPRESS, *keep, base], _hex_lines(b"".join(rest)).decode()).split()
+    if durable:
+        _make_durable(pack_dir, made)
     _remove_packs(pack_dir, writer)
     if loose:
         git(["prune-packed", "-q"], "")
@@ -191,7 +194,7 @@ def compress(repo_path: Path, git: Git, *, ref: str = DATA_REF) -> list[str]:
     return made
 
 
-def merge(repo_path: Path, git: Git) -> list[str]:
+def merge(repo_path: Path, git: Git, *, durable: bool = False) -> list[str]:
     """Keep git's packs a geometric progression (each at least twice the objects of the next
     smaller) by merging the smaller ones as they are: deltas reused, none searched
     (``--window=0``), objects named by id from the packs' indexes, so the cost is that of the
@@ -213,6 +216,8 @@ def merge(repo_path: Path, git: Git) -> list[str]:
                 listing.write(_hex_lines(ids[start : start + 20 * _IDS_PER_WRITE]))
         listing.seek(0)
         made = git([*options, str(pack_dir / "pack")], listing).split()
+    if durable:
+        _make_durable(pack_dir, made)
     _remove_packs(pack_dir, [name for name in merged if name.removeprefix("pack-") not in made])
     return made
 
@@ -301,6 +306,30 @@ def _loose_objects(objects: Path) -> list[bytes]:
     return found
 
 
+def _make_durable(pack_dir: Path, made: list[str]) -> None:
+    """fsync the packs git just made (each file, then the folder that names them), so that no
+    object is removed from its old place before its new one would survive a power loss.
+
+    git runs with ``core.fsync=none`` (a repack is redone cheaply, a record is not); this is
+    what ``storage.fsync`` asks for instead: the same guarantee, paid once per repack."""
+    for name in made:
+        for suffix in (".pack", ".idx", ".rev"):
+            try:
+                descriptor = os.open(pack_dir / f"pack-{name}{suffix}", os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # a git too old to write a .rev
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+    if made:
+        descriptor = os.open(pack_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
 def _remove_packs(pack_dir: Path, names: list[str]) -> None:
     """The index first: a reader that has the pack open keeps reading it."""
     for name in names:
@@ -360,12 +389,15 @@ class Packer:
         on_repacked: Callable[[], None] | None = None,
         on_freed: Callable[[list[str]], bool] | None = None,
         ref: str = DATA_REF,
+        fsync: bool = False,
     ) -> None:
         """``ref``: the data ref the writer moves, whose new objects :func:`compress` walks;
+        ``fsync``: the new packs are fsynced before anything they replace is removed;
         ``on_freed``: given the files of the packs a repack merged away; True if it took
         them (it reuses them), else they are removed here."""
         self._path = repo_path
         self._ref = ref
+        self._fsync = fsync
         self._every = every
         self._on_repacked = on_repacked
         self._on_freed = on_freed
@@ -456,8 +488,8 @@ class Packer:
             git = functools.partial(self._git, lock=lock)
             failure = None
             try:
-                compress(self._path, git, ref=self._ref)
-                merge(self._path, git)
+                compress(self._path, git, ref=self._ref, durable=self._fsync)
+                merge(self._path, git, durable=self._fsync)
             except PackError as exc:
                 failure = str(exc)
             self.seconds += time.perf_counter() - started

@@ -29,7 +29,7 @@ from typing import Any
 
 import pygit2
 
-from reef_core.errors import DiskFull, NotFound, StoreError
+from reef_core.errors import DiskFull, LimitReached, NotFound, StoreError
 from reef_core.ids import validate_scenario_name
 from reef_core.store.canary import CanaryRef
 from reef_core.store.data import DataReader, data_ref
@@ -58,6 +58,7 @@ class StoreOptions:
     fsync: bool = False
     spare_files: int = SPARE_FILES  # files made ahead for commits, two per commit (scratch.py)
     node: str = ""  # storage.node: write refs/reef/data/<node>; "": refs/heads/data
+    max_scenarios: int = 10_000  # storage.max-scenarios: creating one past it is refused
     #: told of every group commit (its items and their bytes) and every repack, from the
     #: writer's and the packer's threads: the daemon's /metrics
     on_batch: Callable[[int, int], None] | None = None
@@ -117,6 +118,7 @@ class Scenario(ScenarioReader):
                 on_repacked=self._repacked,
                 on_freed=lambda paths: self.writer.donate(paths),
                 ref=self.data_ref,
+                fsync=options.fsync,
             )
             self.writer = GroupCommitWriter(
                 self.handle,
@@ -209,6 +211,7 @@ class Store:
         #: frees file descriptors when a write ran out of them (the daemon closes an idle
         #: scenario); called from a writer's thread, see ``writer.py``
         self.relieve: Callable[[], object] | None = None
+        self._creating = threading.Lock()
         if self.options.fsync:
             # global in libgit2 and read when a repository is opened: set before any open
             pygit2.settings.enable_fsync_gitdir(True)
@@ -231,16 +234,34 @@ class Store:
     def create(self, name: str) -> bool:
         """Create scenario ``name``; False if it already existed."""
         path = self.path_of(name)
-        with self._space_checked(f"creating {name}"):
+        with self._space_checked(f"creating {name}"), self._creating:
+            self._check_room(path)
             return init_bare(path)
+
+    def _check_room(self, path: Path) -> None:
+        """Refuse a new scenario past ``max_scenarios`` (called under ``_creating``, so two
+        creations at the cap cannot both pass).  Counting lists one directory: creation is rare
+        next to requests, and 10,000 entries list in a few milliseconds."""
+        if (path / "HEAD").exists():
+            return
+        limit = self.options.max_scenarios
+        if len(self.names()) >= limit:
+            raise LimitReached(
+                f"this reef already holds {limit} scenarios, the most storage.max-scenarios allows: "
+                f"{path.name[: -len('.git')]!r} was not created (raise --storage.max-scenarios, "
+                "or archive scenarios no longer used: reef scenario archive NAME)",
+                field="storage.max_scenarios",
+            )
 
     def open(self, name: str, *, create: bool = False, node: str | None = None) -> Scenario:
         """Open ``name`` for writing; ``node`` (default: the options') names its data ref."""
         path = self.path_of(name)
         options = self.options if node is None else dataclasses.replace(self.options, node=node)
         with self._space_checked(f"opening {name}"):
-            if create:
-                init_bare(path)
+            if create and not (path / "HEAD").exists():
+                with self._creating:
+                    self._check_room(path)
+                    init_bare(path)
             elif not (path / "HEAD").exists():
                 raise NotFound(f"no scenario {name!r} in {self.state_dir}", field="scenario")
             return Scenario(name, path, options, self.space, relieve=self._relieve)

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from reef_core.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
-from reef_core.upstream.lean import LeanHTTP, LeanStream
+from reef_core.upstream.lean import LeanHTTP, LeanStream, too_large
 from reef_core.upstream.seam import Answerer, Ask, UpstreamReply
 
 __all__ = ["UpstreamClient", "UpstreamNotImplemented", "UpstreamStream", "origin"]
@@ -27,13 +27,19 @@ class UpstreamStream:
 
     extras: dict[str, Any] | None = None
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, most: int | None = None) -> None:
         self._response = response
+        self._most = most
         self.status = response.status
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        left = self._most
         try:
             async for chunk in self._response.content.iter_any():
+                if left is not None:
+                    left -= len(chunk)
+                    if left < 0:
+                        raise too_large(self._most or 0)
                 yield chunk
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
             raise UpstreamUnavailable(f"upstream stream broke: {_describe(exc)}") from exc
@@ -48,8 +54,17 @@ class UpstreamClient(Answerer):
     """One pooled aiohttp session for the daemon's lifetime."""
 
     def __init__(
-        self, base_url: str | None, *, timeout_s: float, connect_timeout_s: float = 10.0, lean: bool = True
+        self,
+        base_url: str | None,
+        *,
+        timeout_s: float,
+        connect_timeout_s: float = 10.0,
+        lean: bool = True,
+        max_answer_bytes: int | None = None,
     ) -> None:
+        """``max_answer_bytes``: the most of one answer read (decoded), a whole answer or a
+        stream's bytes together; past it :class:`UpstreamTooLarge` (``inference.max-answer-bytes``)."""
+        self._most = max_answer_bytes
         self.base_url = _normalise(base_url) if base_url else None
         #: the upstream as error messages name it: scheme, host and port, never credentials
         self.name = origin(self.base_url) if self.base_url else "(none configured)"
@@ -70,6 +85,7 @@ class UpstreamClient(Answerer):
                 authority=parts.netloc,
                 connect_timeout_s=connect_timeout_s,
                 read_timeout_s=timeout_s,
+                max_answer_bytes=max_answer_bytes,
             )
             self._prefix = parts.path.rstrip("/")
 
@@ -121,7 +137,7 @@ class UpstreamClient(Answerer):
             async with self._ensure().request(
                 ask.method, url, data=ask.body, headers=dict(ask.headers)
             ) as response:
-                data = await response.read()
+                data = await self._read_whole(response)
         except TimeoutError as exc:
             raise UpstreamTimeout(f"upstream {self.name} did not answer {ask.path} in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
@@ -159,7 +175,21 @@ class UpstreamClient(Answerer):
             finally:
                 response.close()
             _raise_for_status(response.status, data, response.headers.get("Content-Type", ""))
-        return UpstreamStream(response)
+        return UpstreamStream(response, self._most)
+
+    async def _read_whole(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole answer, read no further than ``max_answer_bytes``."""
+        most = self._most
+        if most is None:
+            return await response.read()
+        pieces: list[bytes] = []
+        size = 0
+        async for piece in response.content.iter_any():
+            size += len(piece)
+            if size > most:
+                raise too_large(most)
+            pieces.append(piece)
+        return b"".join(pieces)
 
 
 def _raise_for_status(status: int, body: bytes, content_type: str) -> None:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from reef_core import __version__
-from reef_core.errors import UpstreamTimeout, UpstreamUnavailable
+from reef_core.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 
-__all__ = ["LeanHTTP", "LeanReply", "LeanStream"]
+__all__ = ["LeanHTTP", "LeanReply", "LeanStream", "too_large"]
 
 _HEAD_LIMIT = 64 * 1024
 _IDLE_KEPT = 256  # idle connections kept per upstream: a burst of this many reuses them all
@@ -161,9 +161,18 @@ class _Connection(asyncio.Protocol):
 
 class LeanHTTP:
     def __init__(
-        self, host: str, port: int, *, authority: str, connect_timeout_s: float, read_timeout_s: float
+        self,
+        host: str,
+        port: int,
+        *,
+        authority: str,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        max_answer_bytes: int | None = None,
     ) -> None:
         self._host = host
+        #: the most bytes of one answer read, decoded (``inference.max-answer-bytes``)
+        self.max_answer = max_answer_bytes
         self._port = port
         self._authority = authority.encode()
         self.name = f"http://{authority}"  # what errors call it (lean is plain http, no userinfo)
@@ -294,9 +303,12 @@ class LeanStream:
     async def read(self) -> bytes:
         """The whole (decoded) answer; the read timeout covers all of it."""
         deadline = asyncio.get_running_loop().time() + self._owner.read_timeout
+        most = self._owner.max_answer
         try:
             body = b"".join([piece async for piece in self._pieces(lambda: deadline)])
-            body = _decoded(body, self.headers.get("content-encoding", ""))
+            body = _decoded(body, self.headers.get("content-encoding", ""), most)
+            if most is not None and len(body) > most:
+                raise too_large(most)
         except (UpstreamUnavailable, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -309,9 +321,16 @@ class LeanStream:
         decoder = _decoder(self.headers.get("content-encoding", ""))
         loop = asyncio.get_running_loop()
         each = self._owner.read_timeout
+        left = self._owner.max_answer
         try:
             async for piece in self._pieces(lambda: loop.time() + each):
-                piece = decoder.decompress(piece) if decoder is not None else piece
+                if decoder is not None:
+                    # at most one byte past what is left: a small compressed piece can be huge
+                    piece = decoder.decompress(piece, 0 if left is None else left + 1)
+                if left is not None:
+                    left -= len(piece)
+                    if left < 0:
+                        raise too_large(self._owner.max_answer or 0)
                 if piece:
                     yield piece
             if decoder is not None and (rest := decoder.flush()):
@@ -368,8 +387,13 @@ class LeanStream:
         framed by ``Content-Length``, or by the close."""
         connection = self._connection
         chunks = self._dechunker
+        most = self._owner.max_answer
+        seen = 0
         while not self._received_all:
             raw = await connection.read(deadline(), self._left)
+            seen += len(raw)
+            if most is not None and seen > most:
+                raise too_large(most)
             if not raw:
                 if chunks is None and self._left is None:
                     return  # delimited by the close
@@ -499,6 +523,18 @@ def _decoder(encoding: str) -> Any:
     raise UpstreamUnavailable(f"upstream sent a {encoding!r}-encoded answer")
 
 
-def _decoded(body: bytes, encoding: str) -> bytes:
+def _decoded(body: bytes, encoding: str, most: int | None = None) -> bytes:
+    """``body`` decoded; with ``most``, at most one byte past it (enough to tell it is over)."""
     decoder = _decoder(encoding)
-    return body if decoder is None else decoder.decompress(body) + decoder.flush()
+    if decoder is None:
+        return body
+    if most is None:
+        return decoder.decompress(body) + decoder.flush()
+    return decoder.decompress(body, most + 1)
+
+
+def too_large(most: int) -> UpstreamTooLarge:
+    return UpstreamTooLarge(
+        f"the upstream's answer ran past {most} bytes, the most inference.max-answer-bytes allows: "
+        "it was cut off there"
+    )
