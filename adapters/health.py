@@ -13,11 +13,20 @@ the few steps that differ.  One run:
    run fails saying what was rejected and why.
 3. **Sandbox**: a fresh temporary folder holding the config dir (the files byte for byte), a
    fresh ``HOME`` and a fresh cwd, so the person's own config stays out; the adapter adds what
-   its harness needs there (:meth:`HarnessHealth.prepare`).  Removed afterwards.
+   its harness needs there (:meth:`HarnessHealth.prepare`).  Removed afterwards.  With a
+   ``confinement`` (:class:`reef_core.sandbox.Confinement`: what a caller passes for a candidate
+   whose executable content no person approved yet) the harness also runs inside the OS sandbox:
+   it sees the system directories, its own install and its runtime read-only, the config dir,
+   ``HOME`` and cwd writable, a private ``/tmp``, nothing of the person's home, the state dir or
+   ``/run``, and no network but the confinement's bridge to the daemon's inference routes; the
+   caller routes it to :attr:`~reef_core.sandbox.Confinement.inside_url` with the confinement's
+   own credential, never the daemon's token.  Without one it runs on the host, with the caller's
+   routing: only for trees whose code a person approved.
 4. **Run** the harness in print mode on the task (:func:`reef_core.procs.run_captured`: stdin on
-   /dev/null, its own process group, killed at the timeout and after it exits), with a minimal
-   PATH (the binary's folder first: an npm install puts the node it needs there), the adapter's
-   quiet switches, the caller's routing, and ``HOME`` and the config dir always the sandbox's.
+   /dev/null, its own process group, killed at the timeout and after it exits; its output goes
+   to files outside what the sandbox can write), with a minimal PATH (the binary's folder first:
+   an npm install puts the node it needs there), the adapter's quiet switches, the caller's
+   routing, and ``HOME`` and the config dir always the sandbox's.
 5. **Judge**: killed at the timeout, or what the adapter reads as a failure in the output
    (:meth:`HarnessHealth.problem`), or no answer on stdout, fails; else it passes.  Quotes of the
    harness's lines lose the sandbox's prefix (``extensions/bad.ts``, not a temporary path that no
@@ -31,6 +40,7 @@ moves into a new session escapes the process-group kill.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -41,6 +51,7 @@ from adapters.binaries import candidates, minimal_path, probed_version, version_
 from reef_core.errors import InvalidInput
 from reef_core.harness.health import HEALTH_TASK, HarnessBinary, HealthResult
 from reef_core.procs import ProcessRun, last_line, quote, run_captured
+from reef_core.sandbox import Confinement
 
 __all__ = ["HarnessHealth", "Sandbox", "env_routing", "indented_after", "validate_files"]
 
@@ -66,7 +77,8 @@ def env_routing(scenario: str, token: str | None, *, tagged: bool) -> dict[str, 
 class Sandbox:
     """One health run: the binary, the candidate's files, and the sandbox they run in: ``root``
     (temporary) holds ``config`` (the files), ``home`` and ``cwd``; ``env`` is the harness's
-    environment (:meth:`HarnessHealth.environment`)."""
+    environment (:meth:`HarnessHealth.environment`); ``confinement`` the OS sandbox it runs in,
+    or None (on the host)."""
 
     binary: HarnessBinary
     files: Mapping[str, bytes]
@@ -75,6 +87,7 @@ class Sandbox:
     home: Path
     cwd: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    confinement: Confinement | None = None
 
     def quote(self, text: str) -> str:
         """One line of the harness's output, the sandbox's paths made relative (the config dir's first)."""
@@ -196,6 +209,7 @@ class HarnessHealth(ABC):
         timeout: float = 60.0,
         binary: HarnessBinary | None = None,
         workdir: Path | None = None,
+        confinement: Confinement | None = None,
     ) -> HealthResult:
         """The run of the module docstring; see :meth:`reef_core.harness.health.HealthCheck.run`."""
         self.validate(files, task, timeout)
@@ -205,7 +219,9 @@ class HarnessHealth(ABC):
                 return HealthResult(False, self.not_found(notes), 0.0, "", "")
         with tempfile.TemporaryDirectory(prefix=self.prefix, dir=workdir, ignore_cleanup_errors=True) as tmp:
             root = Path(tmp)
-            box = Sandbox(binary, files, root, root / self.folder, root / "home", root / "cwd")
+            box = Sandbox(
+                binary, files, root, root / self.folder, root / "home", root / "cwd", confinement=confinement
+            )
             for directory in (box.config, box.home, box.cwd):
                 directory.mkdir()
             for name, content in files.items():
@@ -236,9 +252,20 @@ class HarnessHealth(ABC):
             return HealthResult(False, detail, run.seconds, answer, tail)
 
     def start(self, box: Sandbox, args: list[str], timeout: float) -> ProcessRun:
-        """Run the harness with ``args`` in ``box`` (its cwd; output through files in its root)."""
+        """Run the harness with ``args`` in ``box`` (its cwd; output through files in its root),
+        inside its confinement when it has one."""
         argv = [str(box.binary.path), *args]
-        return run_captured(argv, cwd=box.cwd, env=box.env, timeout=timeout, scratch=box.root)
+        if box.confinement is None:
+            return run_captured(argv, cwd=box.cwd, env=box.env, timeout=timeout, scratch=box.root)
+        node = shutil.which("node", path=box.env.get("PATH", ""))
+        boxed = box.confinement.command(
+            argv,
+            env=box.env,
+            writable=(box.config, box.home, box.cwd),
+            programs=[box.binary.path, *([node] if node else [])],
+            chdir=box.cwd,
+        )
+        return run_captured(boxed, cwd=box.cwd, env={}, timeout=timeout, scratch=box.root)
 
     def last_words(self, run: ProcessRun) -> str:
         """What a run killed at the timeout said last (quoted in the detail)."""

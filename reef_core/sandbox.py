@@ -1,22 +1,42 @@
-"""The agent proposer's sandbox: a bubblewrap command line, and a bridge to the daemon's port.
+"""The OS sandbox for code nobody approved yet: a narrow bubblewrap, and a bridge to the daemon.
 
-Owns: whether bwrap can isolate on this host (:func:`bwrap_problem`), the bwrap command line
-(:func:`bwrap_command`), and the one way out of the sandbox's network namespace, which holds
-nothing but its own loopback:
+Two things run model-written code before a person has seen it: the release checks' live
+``health`` run of a candidate that changes executable content (``adapters/health.py``, asked by
+``recipes/reefine/checks.py``) and the agent proposer (``recipes/reefine/agent.py``).  Both run
+it through :class:`Confinement`, and nowhere else (a host without a sandbox skips the live run:
+:func:`bwrap_problem` says why and how to get one).
 
-    pi ─▶ 127.0.0.1:<port> (inside) ─▶ unix socket (bind-mounted) ─▶ LoopbackBridge ─▶ daemon
+Owns: whether bwrap can isolate on this host (:func:`bwrap_problem`, the bwrap of
+:func:`find_bwrap`: ``$REEF_BWRAP`` when set, else ``bwrap`` on PATH), the bwrap command line
+(:func:`bwrap_command`), what a program needs bound to start (:func:`install_folders`), and the
+one way out of the sandbox's network namespace, which holds nothing but its own loopback:
 
-Inside, :func:`main` (run as ``python -I -B sandbox.py --port P --socket S -- cmd …``) listens on
+    harness ─▶ 127.0.0.1:<port> (inside) ─▶ unix socket (bind-mounted) ─▶ LoopbackBridge ─▶ daemon
+
+What the sandbox sees (:func:`bwrap_command`): the system directories read-only (``/usr``,
+``/bin``, ``/sbin``, ``/lib*``, ``/etc`` with its secrets masked: :data:`ETC_MASKED`), the
+install folders of the programs it runs read-only (the harness, its node, the Python of the
+forwarder), the folders the caller names writable (a candidate's config dir, home and cwd; the
+agent's workspace), a fresh ``/dev``, ``/proc`` and ``/tmp``, and nothing else: no ``/run``, no
+``/home`` or ``/root``, no state dir, so no unix socket outside is reachable by path, and a fresh
+network namespace, so none by abstract name either.  Everything else is a read-only empty
+root.  Every namespace is unshared, no capabilities, a new session (no terminal to type into),
+killed with its parent, and the environment is exactly the one given (``--clearenv``).
+
+Inside, :func:`main` (run as ``python -I -B sandbox.py --port P --socket S -- cmd …``, the base
+interpreter, so neither the project nor its virtual environment is needed) listens on
 127.0.0.1:<port>, starts the command, and copies bytes between each connection and the socket.
 Outside, :class:`LoopbackBridge` is the only thing that talks to the daemon, and it reads each
 connection's request head first: only ``POST`` to the inference routes passes, one request per
-connection, with ``x-reef-scenario`` set to the step's scenario and ``x-reef-capture: false``
-whatever the sandbox sent, so the agent can neither reach reef's other routes with the token it
-holds nor record into the scenario's data.
+connection, carrying the run's own credential (:attr:`Confinement.credential`, random, valid at
+this bridge only and only while it runs); the bridge swaps it for the daemon's token, which
+never enters the sandbox, and sets ``x-reef-scenario`` to the run's scenario and
+``x-reef-capture: false`` whatever the sandbox sent, so the code can neither reach reef's other
+routes nor record into the scenario's data.
 
 This module imports the standard library only: it is also the program that runs inside.  The
-bwrap probe, which runs only outside, starts bwrap with :func:`reef_core.procs.run_brief`, imported
-when it runs.
+bwrap probe, which runs only outside, starts bwrap with :func:`reef_core.procs.run_brief`,
+imported when it runs.
 """
 
 from __future__ import annotations
@@ -25,26 +45,63 @@ import argparse
 import functools
 import json
 import os
+import secrets
 import selectors
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 __all__ = [
     "BRIDGE_ROUTES",
+    "BWRAP_ENV",
+    "ENABLE_NAMESPACES",
+    "ETC_MASKED",
+    "INSTALL_BWRAP",
+    "SYSTEM_DIRS",
+    "Confinement",
     "LoopbackBridge",
     "bwrap_command",
     "bwrap_problem",
+    "find_bwrap",
     "forwarder_command",
+    "install_folders",
     "main",
 ]
 
-#: the daemon routes a sandboxed agent may call (pi and the harness it tries talk to these)
+#: the daemon routes sandboxed code may call (the harnesses talk to these)
 BRIDGE_ROUTES = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"})
+#: the variable naming the bwrap to use (a path); unset: ``bwrap`` on PATH
+BWRAP_ENV = "REEF_BWRAP"
+#: bound read-only when they exist (a symlink, as on merged-/usr systems, stays a symlink)
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: what of ``/etc`` the sandbox does not see (a uid 0 inside could read them): password hashes,
+#: sudo's rules, the host's ssh keys, TLS private keys
+ETC_MASKED = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+)
+#: how to get a sandbox, said with each reason there is none
+INSTALL_BWRAP = "Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap"
+ENABLE_NAMESPACES = (
+    "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; Ubuntu 24.04+: "
+    "sysctl kernel.apparmor_restrict_unprivileged_userns=0; in a container, a seccomp profile that "
+    "allows them)"
+)
+_INSIDE_SOCKET_DIR = "/tmp/.reef-bridge"  # inside: the bridge's socket sits in the private /tmp
+_SOCKET_NAME = "daemon.sock"
+_INSIDE_FALLBACK_PORT = 8765
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 32 * 1024 * 1024
 _CHUNK = 64 * 1024
@@ -53,12 +110,15 @@ _PROBE_TIMEOUT = 15.0
 # headers the bridge sets itself; the sandbox's own values for them are dropped
 _DROPPED = frozenset(
     {
+        "authorization",
         "connection",
         "expect",
+        "host",
         "keep-alive",
         "proxy-connection",
         "te",
         "upgrade",
+        "x-api-key",
         "x-reef-capture",
         "x-reef-scenario",
     }
@@ -68,26 +128,38 @@ _DROPPED = frozenset(
 # ------------------------------------------------------------------------------------------ bwrap
 
 
-def _bwrap() -> str | None:
-    return shutil.which("bwrap")
+def find_bwrap(env: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """The bwrap to use (``$REEF_BWRAP`` when set, else ``bwrap`` on PATH; ``env`` defaults to the
+    process environment), or None and why there is none."""
+    env = os.environ if env is None else env
+    named = env.get(BWRAP_ENV)
+    if named:
+        if not (os.path.isfile(named) and os.access(named, os.X_OK)):
+            return None, f"{BWRAP_ENV}={named} is not an executable file (point it at bwrap, or unset it)"
+        return named, ""
+    found = shutil.which("bwrap", path=env.get("PATH", os.defpath))
+    return (found, "") if found else (None, f"bwrap is not installed ({INSTALL_BWRAP})")
 
 
-def bwrap_problem() -> str | None:
-    """Why bwrap cannot isolate the agent here, or None when it can (probed once per binary)."""
-    found = _bwrap()
-    if found is None:
-        return "bwrap is not installed (Debian: apt-get install bubblewrap)"
-    return _probe(os.path.realpath(found))
+def bwrap_problem(env: Mapping[str, str] | None = None) -> str | None:
+    """Why no sandbox can run here, and how to get one; None when bwrap isolates (probed once per
+    binary, with the namespaces and mounts a run gets: containers often refuse one of them)."""
+    if not sys.platform.startswith("linux"):
+        return f"no OS sandbox on {sys.platform}: reef's sandbox is bubblewrap, which needs Linux"
+    bwrap, why = find_bwrap(env)
+    if bwrap is None:
+        return why
+    problem = _probe(os.path.realpath(bwrap))
+    return f"{problem}: {ENABLE_NAMESPACES}" if problem else None
 
 
 @functools.lru_cache(maxsize=4)
 def _probe(bwrap: str) -> str | None:
-    # the same namespaces and mounts the agent gets: containers often refuse one of them
     from reef_core.procs import run_brief  # outside only (module docstring)
 
-    argv = bwrap_command(["/bin/true"], writable=(), bwrap=bwrap)
+    argv = bwrap_command(["/bin/true"], env={}, writable=(), bwrap=bwrap)
     try:
-        probe = run_brief(argv, timeout=_PROBE_TIMEOUT)
+        probe = run_brief(argv, timeout=_PROBE_TIMEOUT, env={})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap cannot create namespaces here: {exc}"
     if probe.returncode != 0:
@@ -96,66 +168,197 @@ def _probe(bwrap: str) -> str | None:
     return None
 
 
+def _under_system(path: Path) -> bool:
+    return any(path == Path(d) or path.is_relative_to(d) for d in SYSTEM_DIRS)
+
+
+def install_folders(programs: Iterable[Path | str]) -> list[Path]:
+    """What must be bound for ``programs`` to start: for each, as named and as resolved, the
+    outermost ``node_modules`` it lies in (an npm install: the harness, the node beside it), else
+    the prefix above its ``bin`` folder (a Python or a node with its libraries), else its folder;
+    nothing under the system directories (bound anyway); outermost folders only."""
+    wanted: set[Path] = set()
+    for program in programs:
+        named = Path(program).absolute()
+        for path in (named, named.resolve()):
+            parts = path.parts
+            if "node_modules" in parts:
+                folder = Path(*parts[: parts.index("node_modules") + 1])
+            elif path.parent.name == "bin":
+                folder = path.parent.parent
+            else:
+                folder = path.parent
+            if not _under_system(folder) and folder != Path("/"):
+                wanted.add(folder)
+    return [p for p in sorted(wanted) if not any(p != q and p.is_relative_to(q) for q in wanted)]
+
+
 def bwrap_command(
     inner: Sequence[str],
     *,
+    env: Mapping[str, str],
     writable: Sequence[Path],
-    readonly: Sequence[tuple[Path, Path]] = (),
+    readonly: Sequence[tuple[Path, Path] | Path] = (),
     chdir: Path | None = None,
     bwrap: str | None = None,
 ) -> list[str]:
-    """``bwrap … -- inner``: the host read-only, a private ``/tmp``, ``writable`` bound read-write
-    at their own paths, each ``(source, target)`` of ``readonly`` bound read-only, every namespace
-    unshared (the network one holds only loopback), no capabilities, killed with its parent."""
-    argv = [bwrap or _bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    # /tmp first: binds below it are created inside the private tmpfs, not hidden by it
-    argv += ["--tmpfs", "/tmp"]
-    for path in _runtime_under_tmp():  # a checkout or venv under /tmp (CI) must stay visible
-        argv += ["--ro-bind", str(path), str(path)]
+    """``bwrap … -- inner``: the system directories read-only (see the module docstring), each of
+    ``readonly`` (a folder, or ``(source, target)``) read-only, ``writable`` read-write at their
+    own paths, a fresh ``/dev``, ``/proc`` and ``/tmp``, exactly ``env`` as the environment, every
+    namespace unshared (the network one holds only loopback), no capabilities, killed with its
+    parent; the root is an empty read-only folder otherwise."""
+    argv = [bwrap or find_bwrap()[0] or "bwrap"]
+    for name in SYSTEM_DIRS:
+        if os.path.islink(name):
+            argv += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            argv += ["--ro-bind", name, name]
+    for name in ETC_MASKED:
+        if os.path.isdir(name) and not os.path.islink(name):
+            argv += ["--tmpfs", name, "--remount-ro", name]
+        elif os.path.lexists(name):
+            argv += ["--ro-bind", "/dev/null", name]
+    # /tmp before the binds: those below it are created inside the private tmpfs, not hidden by it
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for item in readonly:
+        source, target = item if isinstance(item, tuple) else (item, item)
+        argv += ["--ro-bind", str(source), str(target)]
     for path in writable:
         argv += ["--bind", str(path), str(path)]
-    for source, target in readonly:
-        argv += ["--ro-bind", str(source), str(target)]
     # as root, bwrap keeps every capability unless told: a root with CAP_SYS_ADMIN could remount
     argv += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--clearenv"]
+    for name, value in sorted(env.items()):
+        argv += ["--setenv", name, value]
     if chdir is not None:
         argv += ["--chdir", str(chdir)]
+    argv += ["--remount-ro", "/"]  # last: the mount points above are made in the root first
     return [*argv, "--", *inner]
 
 
-def _runtime_under_tmp() -> list[Path]:
-    """What the sandbox runs from (this project, the Python environment) when it lives below
-    ``/tmp``, which the sandbox otherwise replaces with an empty tmpfs; outermost paths only."""
-    tmp = Path("/tmp")
-    wanted = {
-        Path(__file__).resolve().parents[2],  # the project: recipes, adapters, .cache/tools (pi)
-        Path(sys.prefix).resolve(),
-        Path(sys.executable).resolve().parent,
-    }
-    under = sorted(p for p in wanted if p != tmp and p.is_relative_to(tmp))
-    return [p for p in under if not any(p != q and p.is_relative_to(q) for q in under)]
+def _python() -> str:
+    """The base interpreter (not a virtual environment's): with ``-I`` the forwarder needs only
+    its prefix, never the project's environment."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return base if os.path.isfile(base) else sys.executable
 
 
 def forwarder_command(port: int, socket_path: str, inner: Sequence[str]) -> list[str]:
     """The command that runs ``inner`` inside the sandbox behind a 127.0.0.1:``port`` forwarder."""
     script = str(Path(__file__).resolve())
-    return [sys.executable, "-I", "-B", script, "--port", str(port), "--socket", socket_path, "--", *inner]
+    return [_python(), "-I", "-B", script, "--port", str(port), "--socket", socket_path, "--", *inner]
+
+
+class Confinement:
+    """One sandboxed run: a bridge to the daemon at ``daemon_url`` for ``scenario`` holding
+    ``token`` (the daemon's, or None), a fresh :attr:`credential` for the code inside, and the
+    command line that runs a program in the sandbox behind it (:meth:`command`).
+
+    Use as a context manager: the bridge listens between enter and exit.  Inside, the daemon is
+    :attr:`inside_url`; pass it and :attr:`credential` in the harness's routing.
+    """
+
+    def __init__(
+        self, daemon_url: str, scenario: str, token: str | None, *, env: Mapping[str, str] | None = None
+    ) -> None:
+        parts = urlsplit(daemon_url)
+        if parts.scheme != "http" or parts.hostname is None:
+            raise ValueError(
+                f"daemon_url {daemon_url!r}: the sandbox's bridge forwards plain http to one host and port"
+            )
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.scenario = scenario
+        self.bwrap = find_bwrap(env)[0]
+        # a privileged port inside needs a capability the sandbox lacks
+        self.inside_port = self.port if self.port >= 1024 else _INSIDE_FALLBACK_PORT
+        self.inside_url = f"http://127.0.0.1:{self.inside_port}"
+        self.credential = "reef-sandbox-" + secrets.token_urlsafe(24)
+        self._token = token
+        self._socket_dir: Path | None = None
+        self._bridge: LoopbackBridge | None = None
+
+    @property
+    def refused(self) -> list[str]:
+        """The request lines the bridge turned away."""
+        return self._bridge.refused if self._bridge else []
+
+    def __enter__(self) -> Confinement:
+        # the socket's own short directory (0700): a unix socket path holds at most 107 bytes
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="reef-bridge-"))
+        self._bridge = LoopbackBridge(
+            self._socket_dir / _SOCKET_NAME,
+            host=self.host,
+            port=self.port,
+            scenario=self.scenario,
+            credential=self.credential,
+            token=self._token,
+        ).__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._bridge is not None:
+                self._bridge.__exit__(*exc_info)
+        finally:
+            if self._socket_dir is not None:
+                shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._bridge = self._socket_dir = None
+
+    def command(
+        self,
+        inner: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        writable: Sequence[Path],
+        programs: Iterable[Path | str] = (),
+        readonly: Sequence[Path] = (),
+        chdir: Path | None = None,
+    ) -> list[str]:
+        """``inner`` in the sandbox behind the forwarder: ``programs``' install folders and
+        ``readonly`` read-only, ``writable`` read-write, ``env`` its whole environment."""
+        if self._socket_dir is None:
+            raise RuntimeError("Confinement.command outside its with block")
+        python = _python()
+        wrapped = forwarder_command(self.inside_port, f"{_INSIDE_SOCKET_DIR}/{_SOCKET_NAME}", inner)
+        script = Path(wrapped[3])
+        binds: list[tuple[Path, Path] | Path] = [*install_folders([*programs, python]), *readonly]
+        if not _under_system(script.parent):
+            binds.append(script)
+        binds.append((self._socket_dir, Path(_INSIDE_SOCKET_DIR)))
+        return bwrap_command(
+            wrapped, env=env, writable=writable, readonly=binds, chdir=chdir, bwrap=self.bwrap
+        )
 
 
 # ------------------------------------------------------------------------------ outside: the bridge
 
 
 class LoopbackBridge:
-    """A unix-socket server that passes inference requests on to the daemon at ``host:port``.
+    """A unix-socket server that passes inference requests carrying ``credential`` on to the
+    daemon at ``host:port``, with ``token`` (the daemon's, or None) in its place.
 
     Use as a context manager: the socket exists (at ``socket_path``) between enter and exit.
     """
 
-    def __init__(self, socket_path: Path, *, host: str, port: int, scenario: str) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        host: str,
+        port: int,
+        scenario: str,
+        credential: str,
+        token: str | None = None,
+    ) -> None:
+        if not credential:
+            raise ValueError("a bridge needs a credential for the code it serves")
         self.socket_path = socket_path
         self.host = host
         self.port = port
         self.scenario = scenario
+        self.credential = credential
+        self._token = token  # the daemon's: sent on by the bridge, never into the sandbox
         self.refused: list[str] = []  # request lines the bridge turned away, for notes and tests
         self._server: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -233,16 +436,19 @@ class LoopbackBridge:
             self._refuse(request_line)
             _answer(client, 403, f"the sandbox may only POST to {', '.join(sorted(BRIDGE_ROUTES))}")
             return
-        headers, length, problem = _filter_headers(lines[1:])
+        headers, length, problem = _filter_headers(lines[1:], self.credential)
         if problem is not None:
             self._refuse(request_line)
             _answer(client, *problem)
             return
         headers += [
+            f"host: {self.host}:{self.port}",
             f"x-reef-scenario: {self.scenario}",
             "x-reef-capture: false",
             "connection: close",
         ]
+        if self._token:
+            headers.append(f"authorization: Bearer {self._token}")
         body = rest[:length]
         while len(body) < length:
             more = client.recv(min(_CHUNK, length - len(body)))
@@ -276,21 +482,32 @@ def _read_head(conn: socket.socket) -> tuple[bytes | None, bytes]:
     return head, rest
 
 
-def _filter_headers(lines: list[str]) -> tuple[list[str], int, tuple[int, str] | None]:
-    """The headers to pass on, the body's length, or (status, why) when the request is refused."""
+def _filter_headers(lines: list[str], credential: str) -> tuple[list[str], int, tuple[int, str] | None]:
+    """The headers to pass on, the body's length, or (status, why) when the request is refused
+    (one without ``credential`` as its bearer or ``x-api-key`` among them)."""
     kept: list[str] = []
     lengths: list[str] = []
+    presented = False
     for line in lines:
         name, sep, value = line.partition(":")
         key = name.lower()
         if not sep or not key or key != key.strip():
             return [], 0, (400, f"malformed header line {line[:80]!r}")
+        given = value.strip()
+        if key == "authorization" and given[:7].lower() == "bearer ":
+            given = given[7:].strip()
+        if key in ("authorization", "x-api-key") and secrets.compare_digest(
+            given.encode(), credential.encode()
+        ):
+            presented = True
         if key == "transfer-encoding":
             return [], 0, (411, "the bridge needs a Content-Length, not Transfer-Encoding")
         if key == "content-length":
             lengths.append(value.strip())
         if key not in _DROPPED:
             kept.append(line)
+    if not presented:
+        return [], 0, (401, "the sandbox's requests carry the credential it was given (REEF_API_KEY)")
     if len(lengths) != 1 or not lengths[0].isdigit():
         return [], 0, (411, "the bridge needs exactly one Content-Length")
     length = int(lengths[0])
@@ -324,6 +541,7 @@ def _relay_answer(daemon: socket.socket, client: socket.socket) -> None:
 def _answer(client: socket.socket, status: int, message: str) -> None:
     reasons = {
         400: "Bad Request",
+        401: "Unauthorized",
         403: "Forbidden",
         411: "Length Required",
         413: "Content Too Large",

@@ -16,7 +16,6 @@
 | ``spending`` | how much error each replay gate may spend (online family-wise error control) |
 | ``proposer`` | the text proposer: an ask becomes a design and entry changes |
 | ``agent`` | the agent proposer (optional): the served model, as a pi agent, edits the tree itself |
-| ``sandbox`` | the agent proposer's bubblewrap command line and its bridge to the daemon's port |
 | ``try_harness`` | the agent proposer's tool that checks the tree it is editing |
 | ``structured`` | one checked JSON answer from the served model, unusable answers sent back |
 
@@ -26,7 +25,8 @@ running a harness for the health check (``adapters/<name>/health.py``, found thr
 ``reef_core.harness``), the worker that runs the steps (``reef_core.learning``), publishing
 (``reef_core.release``).
 May import: ``reef_core.errors``, ``reef_core.harness``, ``reef_core.learning``,
-``reef_core.procs``, ``reef_core.release``, ``reef_core.sessions``, ``reef_core.store``.
+``reef_core.procs``, ``reef_core.release``, ``reef_core.sandbox``, ``reef_core.sessions``,
+``reef_core.store``.
 """
 
 from __future__ import annotations

@@ -19,13 +19,18 @@ One step:
 4. Afterwards the workspace is read back as a tree; its differences from the current tree are
    the proposal's changes, checked like the text proposer's (reserved names, well-formedness).
 
-With ``bwrap`` (see :mod:`recipes.reefine.sandbox`) the host is read-only, only the workspace,
-the agent's own home and a private ``/tmp`` are writable, and the network namespace holds only
-loopback: a forwarder inside listens on the daemon's port and hands each connection through a
-bind-mounted unix socket to a bridge outside, which passes inference requests, and nothing
-else, to the daemon.
+With ``bwrap`` pi runs in the OS sandbox of :mod:`reef_core.sandbox` (:class:`Confinement`), the
+same one the release checks run unapproved code in: it sees the system directories, pi's install
+and its node, the Python that runs ``try_harness`` with the project's own packages (``reef_core``,
+``recipes``, ``adapters``) and its environment, all read-only; the workspace and the agent's own
+home writable; a private ``/tmp``; and nothing of the state dir, the person's home, ``/run`` or
+any unix socket outside.  Its network namespace holds only loopback: a forwarder inside listens
+on the daemon's port and hands each connection through a bind-mounted unix socket to a bridge
+outside, which passes inference requests, and nothing else, to the daemon.  The only credential
+inside is the bridge's own (``REEF_API_KEY``, random per step): the bridge swaps it for the
+daemon's token, which never enters the sandbox.
 
-Limits: the agent holds the daemon token (pi sends it); with ``none`` it can use it, and its
+Limits: with ``none`` the agent holds the daemon token (pi sends it) and can use it, and its
 tools, like any local program.  The self-review is what ``try_harness`` last said about the final
 tree; the release checks still judge the candidate on their own.
 """
@@ -42,7 +47,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from recipes.reefine.proposer import Proposal, StepSkipped
-from reef_core.sandbox import LoopbackBridge, bwrap_command, bwrap_problem, forwarder_command
 from recipes.reefine.try_harness import read_workspace, tree_digest
 from reef_core.errors import InvalidInput
 from reef_core.harness import (
@@ -60,6 +64,7 @@ from reef_core.harness import (
     summarize_changes,
 )
 from reef_core.procs import ProcessRun, first_line, quote, run_captured
+from reef_core.sandbox import Confinement, bwrap_problem
 
 __all__ = ["SANDBOXES", "SANDBOX_ENV", "AgentProposer", "agent_available", "agent_pi"]
 
@@ -67,10 +72,11 @@ SANDBOX_ENV = "REEF_PROPOSER_SANDBOX"
 SANDBOXES = ("bwrap", "none")
 
 _TOOL_EXTENSION = "extensions/reef-try-harness.ts"
-# inside the sandbox, the bridge's socket sits in the private /tmp
-_INSIDE_SOCKET_DIR = "/tmp/.reef-bridge"
-_SOCKET_NAME = "daemon.sock"
-_INSIDE_FALLBACK_PORT = 8765
+#: the project's packages try_harness runs from (bound read-only into the sandbox, nothing else
+#: of the checkout: a state dir or notes beside them stay out)
+_PROJECT_PACKAGES = tuple(
+    Path(__file__).resolve().parents[2] / name for name in ("reef_core", "recipes", "adapters")
+)
 _PROMPT_LIMIT = 100_000  # one argv string may hold 128 KiB on Linux
 _DESIGN_LIMIT = 4000
 
@@ -209,8 +215,6 @@ class AgentProposer:
             )
         self.sandbox = sandbox
         self.daemon_url = daemon_url.rstrip("/")
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
         self.scenario = scenario
         self.model = model
         self.token = token
@@ -220,11 +224,6 @@ class AgentProposer:
         self.workdir = workdir
         self.health_timeout = health_timeout
         self.health_task = health_task
-
-    @property
-    def _inside_port(self) -> int:
-        """The daemon's port, also inside; a privileged one needs a capability the sandbox lacks."""
-        return self.port if self.port >= 1024 else _INSIDE_FALLBACK_PORT
 
     # -- one step ------------------------------------------------------------------------------------
 
@@ -262,34 +261,30 @@ class AgentProposer:
         return self._proposal(tree, files, run, tries)
 
     def _run(self, box: _Layout, prompt: str) -> ProcessRun:
-        inside_url = f"http://127.0.0.1:{self._inside_port}" if self.sandbox == "bwrap" else self.daemon_url
-        self._write_agent_dir(box, inside_url)
         pi = _pi()
-        routing = pi.routing(inside_url, self.scenario, self.token)
-        env = pi.environment(home=box.home, config=box.agent, env=routing, binary=self.pi)
         pi_argv = [str(self.pi.path), "--offline", "-p", "--no-session", prompt]
         if self.sandbox == "none":
+            self._write_agent_dir(box, self.daemon_url)
+            routing = pi.routing(self.daemon_url, self.scenario, self.token)
+            env = pi.environment(home=box.home, config=box.agent, env=routing, binary=self.pi)
             return run_captured(
                 pi_argv, cwd=box.workspace, env=env, timeout=self.timeout, scratch=box.scratch
             )
-        # the socket's own short directory: a unix socket path holds at most 107 bytes
-        socket_dir = Path(tempfile.mkdtemp(prefix="reef-bridge-"))
-        try:
-            with LoopbackBridge(
-                socket_dir / _SOCKET_NAME, host=self.host, port=self.port, scenario=self.scenario
-            ):
-                inner = forwarder_command(self._inside_port, f"{_INSIDE_SOCKET_DIR}/{_SOCKET_NAME}", pi_argv)
-                argv = bwrap_command(
-                    inner,
-                    writable=(box.workspace, box.home),
-                    readonly=((socket_dir, Path(_INSIDE_SOCKET_DIR)),),
-                    chdir=box.workspace,
-                )
-                return run_captured(
-                    argv, cwd=box.workspace, env=env, timeout=self.timeout, scratch=box.scratch
-                )
-        finally:
-            shutil.rmtree(socket_dir, ignore_errors=True)
+        with Confinement(self.daemon_url, self.scenario, self.token) as jail:
+            self._write_agent_dir(box, jail.inside_url)
+            # the bridge's credential, never the daemon's token (module docstring)
+            routing = pi.routing(jail.inside_url, self.scenario, jail.credential)
+            env = pi.environment(home=box.home, config=box.agent, env=routing, binary=self.pi)
+            node = shutil.which("node", path=env.get("PATH", ""))
+            argv = jail.command(
+                pi_argv,
+                env=env,
+                writable=(box.workspace, box.home),
+                programs=[self.pi.path, sys.executable, *([node] if node else [])],
+                readonly=_PROJECT_PACKAGES,
+                chdir=box.workspace,
+            )
+            return run_captured(argv, cwd=box.workspace, env={}, timeout=self.timeout, scratch=box.scratch)
 
     def _write_agent_dir(self, box: _Layout, reef_url: str) -> None:
         target = Target(

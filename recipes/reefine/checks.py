@@ -5,12 +5,24 @@ a candidate (a mixin: ``ReefineRecipe.checks`` returns :meth:`ReleaseChecks.rele
 Every check reads the candidate's tree from the scenario (``_Work``), not from propose's memory:
 after a conflict the worker checks the same change rebuilt on the new tip.
 
+Model-written code never runs on the host before a person approves it: when the candidate
+changes executable content (:func:`~reef_core.harness.approval_changes` against the release it
+would follow: extensions, hooks, plugins, config that runs programs), each harness's live run
+happens inside :class:`reef_core.sandbox.Confinement`, rendered for the sandbox's end of the
+bridge and holding that run's own credential, never the daemon's token.  Where no sandbox can run
+(:func:`reef_core.sandbox.bwrap_problem`: no bwrap, no user namespaces, not Linux), the live run
+is skipped, the check says why and how to get the sandbox, and the release waits for a person
+(such a candidate is pending anyway).  A tree that changes no code (rules, skills' text) runs
+on the host, routed with the daemon's token, as before.
+
 | check | passes when |
 |---|---|
 | ``well_formed`` | the entries are well formed and render for each of the scenario's adapters |
 | ``screens`` | no credential shape, instruction override or chat-template token anywhere in the tree |
 | ``health`` | each real harness (pi, Claude Code; print mode, offline) starts with the candidate, |
-|            | routed through reef to the served model, and completes a health task |
+|            | routed through reef to the served model, and completes a health task; in the OS |
+|            | sandbox when the candidate changes code (no sandbox here: not run, and the |
+|            | release waits for a person) |
 | ``reviewer`` | a fresh-context model call judges: implements the ask (or the lessons of a usage |
 |              | step), and nothing unrelated |
 | ``replay`` | usage steps (and asks, with ``replay-asks``): wins on held-out sessions (``replay.py``) |
@@ -34,12 +46,14 @@ from reef_core.harness import (
     Renderer,
     Target,
     TreeError,
+    approval_changes,
     health_check_for,
 )
 from reef_core.harness.diff import diff_text
 from reef_core.learning import Candidate, CheckResult, RecipeContext
 from reef_core.learning.model import CountingModel
 from reef_core.release.screens import screen_files
+from reef_core.sandbox import Confinement, bwrap_problem
 from reef_core.sessions import request_messages
 from reef_core.store import Scenario, ScenarioReader
 
@@ -132,9 +146,22 @@ class ReleaseChecks:
         def health() -> CheckResult:
             if not self.config.health:
                 return CheckResult("health", True, "skipped: recipe.config.health = false")
+            base = HarnessTree.from_files(work.base_files) if work.base_files else None
+            code = approval_changes(base, work.tree)
+            if code:
+                problem = bwrap_problem()
+                if problem is not None:
+                    # passing only because a person decides: a candidate that changes code is pending
+                    detail = (
+                        f"not run: the candidate changes code ({', '.join(code)}), which runs before a "
+                        f"person approves it only in an OS sandbox, and none can run here: {problem}"
+                    )
+                    waits = candidate.needs_approval
+                    detail += "; the release waits for a person" if waits else ""
+                    return CheckResult("health", waits, detail)
             runs: list[CheckResult] = []
             for adapter in adapters:  # pi's first; the first failure ends the check
-                runs.append(self._health_of(adapter, scenario, work.tree))
+                runs.append(self._health_of(adapter, scenario, work.tree, sandboxed=bool(code)))
                 if not runs[-1].passed:
                     break
             metrics = {name: value for run in runs for name, value in run.metrics.items()}
@@ -153,33 +180,54 @@ class ReleaseChecks:
             checks.append(replay_gate)
         return checks
 
-    def _health_of(self, adapter: str, scenario: Scenario, tree: HarnessTree) -> CheckResult:
+    def _health_of(
+        self, adapter: str, scenario: Scenario, tree: HarnessTree, *, sandboxed: bool = False
+    ) -> CheckResult:
         """One harness's health run on ``tree``: its adapter's health check (found through
         ``reef_core.harness``), timed as that check's metric (``health_seconds`` for pi,
-        ``claude_health_seconds`` for Claude Code)."""
+        ``claude_health_seconds`` for Claude Code); ``sandboxed``: inside the OS sandbox, behind a
+        bridge of its own (module docstring)."""
         if adapter not in HEALTH_CHECKS:
             return CheckResult("health", True, f"{adapter}: reefine has no health check for this harness")
         check = health_check_for(adapter)
         binary = check.find()
         if binary is None:
             return CheckResult("health", False, check.missing())
-        target = self._target(scenario, adapter, capture_env=check.capture_env)
-        result = check.run(
-            self._renderer(adapter).render(tree, target),
-            env=check.routing(target.reef_url, scenario.name, self.context.token),
-            task=self.config.health_task,
-            timeout=self.config.health_timeout,
-            binary=binary,
-        )
-        return CheckResult("health", result.passed, result.detail, {check.metric: round(result.seconds, 3)})
+        if not sandboxed:
+            target = self._target(scenario, adapter, capture_env=check.capture_env)
+            result = check.run(
+                self._renderer(adapter).render(tree, target),
+                env=check.routing(target.reef_url, scenario.name, self.context.token),
+                task=self.config.health_task,
+                timeout=self.config.health_timeout,
+                binary=binary,
+            )
+        else:
+            with Confinement(self._daemon_url(), scenario.name, self.context.token) as box:
+                target = self._target(scenario, adapter, capture_env=check.capture_env, url=box.inside_url)
+                result = check.run(
+                    self._renderer(adapter).render(tree, target),
+                    env=check.routing(box.inside_url, scenario.name, box.credential),
+                    task=self.config.health_task,
+                    timeout=self.config.health_timeout,
+                    binary=binary,
+                    confinement=box,
+                )
+        detail = f"{result.detail} (in the sandbox)" if sandboxed else result.detail
+        return CheckResult("health", result.passed, detail, {check.metric: round(result.seconds, 3)})
 
-    def _target(self, scenario: Scenario, adapter: str, *, capture_env: str | None = None) -> Target:
+    def _daemon_url(self) -> str:
         url = self.context.daemon_url
         if url is None:
             raise ReefError("the daemon's address is not known yet (it has not started listening)")
+        return url
+
+    def _target(
+        self, scenario: Scenario, adapter: str, *, capture_env: str | None = None, url: str | None = None
+    ) -> Target:
         headers = {"x-reef-capture": capture_env} if capture_env else {}
         return Target(
-            reef_url=url,
+            reef_url=url or self._daemon_url(),
             scenario=scenario.name,
             model=self.context.served_model,
             api=_API.get(adapter, "openai"),

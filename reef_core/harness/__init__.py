@@ -12,7 +12,8 @@ implement (found by dotted reference, so reef_core never imports an adapter).  P
 network, no files, no processes.
 Does not own: storing trees as commits (``reef_core.store``), screening their text
 (``reef_core.release``), any one harness's layout or binary (``adapters/<name>/``).
-May import: ``reef_core.errors``, ``reef_core.ids`` and the standard library only.
+May import: ``reef_core.errors``, ``reef_core.ids``, ``reef_core.sandbox`` (a type only: a health
+run's confinement) and the standard library only.
 
 The package's API is ``tree``'s whole ``__all__`` (imported with ``*``, so it is listed once,
 there) and the names below from the other modules.

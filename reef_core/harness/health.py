@@ -17,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from reef_core.harness.render import load_reference
+
+if TYPE_CHECKING:
+    from reef_core.sandbox import Confinement
 
 __all__ = [
     "HEALTH_CHECKS",
@@ -112,10 +115,14 @@ class HealthCheck(Protocol):
         timeout: float = 60.0,
         binary: HarnessBinary | None = None,
         workdir: Path | None = None,
+        confinement: Confinement | None = None,
     ) -> HealthResult:
         """Run the harness once on ``task`` with ``files`` as its config dir, in a sandbox of its
         own under ``workdir`` (default: the system temp dir), and judge the outcome.  ``env``
-        carries the routing (:meth:`routing`); ``binary`` defaults to :meth:`find`'s.  Raises
+        carries the routing (:meth:`routing`); ``binary`` defaults to :meth:`find`'s.  With a
+        ``confinement`` the harness runs inside that OS sandbox (files rendered for, and ``env``
+        routed to, its :attr:`~reef_core.sandbox.Confinement.inside_url` with its credential):
+        how a tree whose code no person approved yet is run.  Raises
         :class:`~reef_core.errors.InvalidInput` for a file path outside the config dir, an empty
         task or a timeout that is not positive."""
         ...

@@ -39,7 +39,8 @@ ASK = 'when you fix a bug, write a failing test first; say "done"'
 
 
 # what the agent's bash tool runs inside the sandbox: another loopback port, writes outside the
-# workspace, a reef route and an inference request that asks to be recorded elsewhere
+# workspace, a reef route, an inference request without the bridge's credential, and one with it
+# that asks to be recorded elsewhere
 PROBE = r"""
 (exec 3<>/dev/tcp/127.0.0.1/{other_port}) 2>/dev/null && echo OTHER_PORT_REACHED || echo OTHER_PORT_REFUSED
 echo escaped > {escaped} && echo PRIVATE_TMP_WRITTEN
@@ -48,8 +49,13 @@ exec 3<>/dev/tcp/127.0.0.1/{port}
 printf 'GET /reef/harness HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n' >&3
 echo "reef route: $(head -1 <&3)"
 body='{{"model": "m", "messages": [{{"role": "user", "content": "record me"}}]}}'
+exec 5<>/dev/tcp/127.0.0.1/{port}
+printf 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' >&5
+printf 'Content-Length: %d\r\n\r\n%s' ${{#body}} "$body" >&5
+echo "no credential: $(head -1 <&5)"
 exec 4<>/dev/tcp/127.0.0.1/{port}
 printf 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' >&4
+printf 'Authorization: Bearer %s\r\n' "$REEF_API_KEY" >&4
 printf 'x-reef-capture: true\r\nx-reef-scenario: elsewhere\r\n' >&4
 printf 'Content-Length: %d\r\n\r\n%s' ${{#body}} "$body" >&4
 echo "inference: $(head -1 <&4)"
@@ -153,7 +159,7 @@ def test_a_host_without_bwrap_or_namespaces_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert agent_available("bwrap", pi=pi) == (
         False,
-        "bwrap is not installed (Debian: apt-get install bubblewrap)",
+        "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)",
     )
     # a bwrap that fails the way it does in a container that forbids user namespaces
     fake = tmp_path / "bwrap"
@@ -161,7 +167,10 @@ def test_a_host_without_bwrap_or_namespaces_says_why(tmp_path, monkeypatch):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     ok, why = agent_available("bwrap", pi=pi)
     assert not ok
-    assert why == "bwrap cannot create namespaces here: bwrap: No permissions to create new namespace"
+    assert why.startswith(
+        "bwrap cannot create namespaces here: bwrap: No permissions to create new namespace: "
+        "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1;"
+    )
 
 
 # ------------------------------------------------------------------------------ bwrap
@@ -207,6 +216,7 @@ def test_in_bwrap_the_agent_edits_only_its_workspace_and_reaches_only_the_daemon
     assert "PRIVATE_TMP_WRITTEN" in probed and not escaped.exists()  # /tmp inside is its own
     assert "Read-only file system" in probed and "HOME_WRITE_REFUSED" in probed
     assert "reef route: HTTP/1.1 403" in probed  # the bridge passes inference routes only
+    assert "no credential: HTTP/1.1 401" in probed  # and only with the credential it gave
     assert "inference: HTTP/1.1 200" in probed
     assert len(upstream.requests) == 6
     # neither the agent's exchanges, nor the health check's, nor the probe's own (which asked to
