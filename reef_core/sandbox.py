@@ -75,7 +75,9 @@ __all__ = [
 ]
 
 #: the daemon routes sandboxed code may call (the harnesses talk to these)
-BRIDGE_ROUTES = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"})
+BRIDGE_ROUTES = frozenset(
+    {"/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"}
+)
 #: the variable naming the bwrap to use (a path); unset: ``bwrap`` on PATH
 BWRAP_ENV = "REEF_BWRAP"
 #: bound read-only when they exist (a symlink, as on merged-/usr systems, stays a symlink)
