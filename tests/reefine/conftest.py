@@ -8,6 +8,9 @@ reviewer.  The helpers below write those answers.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +56,19 @@ def reefine(tmp_path: Path, upstream: ScriptedUpstream, monkeypatch: pytest.Monk
         reef.stop()
 
 
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A fresh folder outside ``/tmp`` (which any sandbox replaces with its own): ``/var/tmp``'s,
+    else the project's ``.cache``; removed afterwards."""
+    parent = Path("/var/tmp")
+    if not (parent.is_dir() and os.access(parent, os.W_OK)):
+        parent = Path(__file__).resolve().parents[2] / ".cache"
+        parent.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="reef-test-", dir=parent))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def skill(name: str, text: str, op: str = "create") -> dict[str, Any]:
     return {
         "op": op,
@@ -93,18 +109,26 @@ def step(*changes: dict[str, Any]) -> tuple[Text, ...]:
     return (proposal(*changes), DELIVERS, HEALTHY, APPROVE)
 
 
-def ask(reef: RunningReef, scenario: str, text: str, **extra: Any) -> httpx.Response:
+def ask(
+    reef: RunningReef, scenario: str, text: str, *, token: str | None = None, **extra: Any
+) -> httpx.Response:
     return httpx.post(
-        f"{reef.url}/reef/train", json={"text": text, **extra}, headers={"x-reef-scenario": scenario}
+        f"{reef.url}/reef/train", json={"text": text, **extra}, headers=_headers(scenario, token)
     )
 
 
-def settle(reef: RunningReef, scenario: str, ask_id: str, timeout: float = 90) -> dict[str, Any]:
+def _headers(scenario: str, token: str | None) -> dict[str, str]:
+    return {"x-reef-scenario": scenario} | ({"Authorization": f"Bearer {token}"} if token else {})
+
+
+def settle(
+    reef: RunningReef, scenario: str, ask_id: str, timeout: float = 90, *, token: str | None = None
+) -> dict[str, Any]:
     """Follow an ask's progress until it settles; returns the last progress document."""
     deadline = time.monotonic() + timeout
     while True:
         progress = httpx.get(
-            f"{reef.url}/reef/harness/requests/{ask_id}/progress", headers={"x-reef-scenario": scenario}
+            f"{reef.url}/reef/harness/requests/{ask_id}/progress", headers=_headers(scenario, token)
         ).json()
         if progress["state"] == "settled":
             return progress
@@ -113,7 +137,8 @@ def settle(reef: RunningReef, scenario: str, ask_id: str, timeout: float = 90) -
         time.sleep(0.05)
 
 
-def evolve(reef: RunningReef, scenario: str, text: str) -> dict[str, Any]:
-    response = ask(reef, scenario, text)
+def evolve(reef: RunningReef, scenario: str, text: str, *, token: str | None = None) -> dict[str, Any]:
+    """Ask, and follow the ask until it settles (with ``token`` as the bearer, when given)."""
+    response = ask(reef, scenario, text, token=token)
     assert response.status_code == 200, response.text
-    return settle(reef, scenario, response.json()["agent_record_id"])
+    return settle(reef, scenario, response.json()["agent_record_id"], token=token)

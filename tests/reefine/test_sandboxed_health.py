@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +21,24 @@ import httpx
 import pytest
 
 from reef_core.sandbox import bwrap_problem
-from tests.daemon.conftest import RunningReef
 from tests.fakes.upstream import ScriptedUpstream, Text
 from tests.reefine.claude import require_claude
-from tests.reefine.conftest import APPROVE, DELIVERS, HEALTHY, proposal, rule
+from tests.reefine.conftest import APPROVE, DELIVERS, HEALTHY, evolve, proposal, rule
 
 pytestmark = pytest.mark.e2e
 
 S = "dev"
 TOKEN = "tok-daemon-" + uuid.uuid4().hex
 AUTH = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": S}
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def leaks(tmp_path: Path) -> Iterator[list[Path]]:
-    """Where the candidate's code tries to write on the host: the test's folder and the project's
-    ``.cache`` (outside ``/tmp``, which the sandbox replaces anyway); each removed afterwards."""
+def leaks(tmp_path: Path, outside_tmp: Path) -> list[Path]:
+    """Where the candidate's code tries to write on the host: the test's folder, and one outside
+    ``/tmp`` (which the sandbox replaces with its own anyway)."""
     host = tmp_path / "host"
     host.mkdir()
-    paths = [host / "leak.txt", ROOT / ".cache" / f"reef-test-leak-{uuid.uuid4().hex}"]
-    yield paths
-    for path in paths:
-        path.unlink(missing_ok=True)
+    return [host / "leak.txt", outside_tmp / "leak.txt"]
 
 
 @pytest.fixture
@@ -52,21 +46,6 @@ def sandbox() -> None:
     problem = bwrap_problem()
     if problem is not None:
         pytest.fail(f"these tests need the sandbox: {problem}", pytrace=False)
-
-
-def evolve_with_token(reef: RunningReef, text: str, timeout: float = 120) -> dict[str, Any]:
-    import time
-
-    response = httpx.post(f"{reef.url}/reef/train", json={"text": text}, headers=AUTH)
-    assert response.status_code == 200, response.text
-    ask_id = response.json()["agent_record_id"]
-    deadline = time.monotonic() + timeout
-    while True:
-        progress = httpx.get(f"{reef.url}/reef/harness/requests/{ask_id}/progress", headers=AUTH).json()
-        if progress["state"] == "settled":
-            return progress["result"]
-        assert time.monotonic() < deadline, f"ask still {progress['state']}"
-        time.sleep(0.05)
 
 
 def pi_extension(leaks: list[Path], state_dir: Path) -> dict[str, Any]:
@@ -143,11 +122,9 @@ def test_a_pi_extension_runs_in_the_sandbox_without_the_token_and_writes_nothing
     reefine, upstream: ScriptedUpstream, leaks, sandbox
 ):
     reef = reefine(env={"REEF_TOKEN": TOKEN})
-    upstream.script(
-        proposal(pi_extension(leaks, reef.state_dir)), DELIVERS, Text("noted"), HEALTHY, APPROVE
-    )
+    upstream.script(proposal(pi_extension(leaks, reef.state_dir)), DELIVERS, Text("noted"), HEALTHY, APPROVE)
 
-    result = evolve_with_token(reef, "greet me when pi starts")
+    result = evolve(reef, S, "greet me when pi starts", token=TOKEN)["result"]
 
     for path in leaks:
         assert not path.exists(), f"the extension wrote {path} on the host"
@@ -170,7 +147,7 @@ def test_a_claude_code_hook_runs_in_the_sandbox_without_the_token_and_writes_not
     reef = reefine("--recipe.config.adapter", "claude_code", env={"REEF_TOKEN": TOKEN})
     upstream.script(proposal(claude_hook(leaks, reef.state_dir)), DELIVERS, HEALTHY, APPROVE)
 
-    result = evolve_with_token(reef, "log my environment when I send a prompt")
+    result = evolve(reef, S, "log my environment when I send a prompt", token=TOKEN)["result"]
 
     for path in leaks:
         assert not path.exists(), f"the hook wrote {path} on the host"
@@ -195,7 +172,7 @@ def test_without_a_sandbox_code_is_not_run_and_waits_saying_how_to_get_one_while
     reef = reefine(env={"REEF_TOKEN": TOKEN})
     upstream.script(proposal(pi_extension(leaks, reef.state_dir)), DELIVERS, APPROVE)
 
-    result = evolve_with_token(reef, "greet me when pi starts")
+    result = evolve(reef, S, "greet me when pi starts", token=TOKEN)["result"]
 
     assert result["verdict"] == "pending", result
     health = health_of(result)
@@ -210,8 +187,10 @@ def test_without_a_sandbox_code_is_not_run_and_waits_saying_how_to_get_one_while
     assert [s["pending"] for s in listing["steps"] if s["step"] == result["step"]] == [True]
 
     upstream.reset()
-    upstream.script(proposal(rule("tests-first", "Write the failing test first.")), DELIVERS, HEALTHY, APPROVE)
-    result = evolve_with_token(reef, "tests first")
+    upstream.script(
+        proposal(rule("tests-first", "Write the failing test first.")), DELIVERS, HEALTHY, APPROVE
+    )
+    result = evolve(reef, S, "tests first", token=TOKEN)["result"]
 
     assert result["verdict"] == "selected" and result["release"] == "v1", result
     health = health_of(result)
