@@ -444,6 +444,13 @@ class ReefClient:
     # -- feedback and asks -------------------------------------------------------------------
 
     def report(
+    def installed(self, scenario: str, adapter: str) -> dict[str, Any]:
+        """Tell the daemon the installer for ``adapter`` ran (``reefine`` then checks candidates
+        with that harness too); fetching the script notes nothing."""
+        return dict(
+            self._call("POST", "/reef/harness/installed", json={"adapter": adapter}, scenario=scenario)
+        )
+
         self,
         scenario: str,
         references: list[str],

@@ -71,6 +71,17 @@ class ReefSettings:
         "listen beyond loopback with no token: anyone who can reach the port may read every record "
         "and publish releases (logs a warning at start and hourly)",
     )
+    allowed_hosts: tuple[str, ...] = _setting(
+        (),
+        "names the daemon answers to besides loopback, its listen address and IP addresses (the Host a "
+        "request was sent to, with or without a port; * for any): a web page that rebinds its own name "
+        "to this machine is refused (comma-separated from a flag)",
+    )
+    allowed_origins: tuple[str, ...] = _setting(
+        (),
+        "web pages (scheme://host[:port]) whose requests the daemon answers besides its own: a request "
+        "a browser sends from any other page is refused (comma-separated from a flag)",
+    )
     implicit_scenarios: bool = _setting(True, "create a scenario on its first request")
     default_scenario: str | None = _setting(
         None,

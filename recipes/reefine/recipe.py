@@ -20,12 +20,13 @@ settings (:class:`ReefineConfig`), batching and the ask step.  The usage step is
 For an ask step, the proposer (the served model, unrecorded) turns the ask into entry changes on
 the current release's tree; the candidate must pass every release check.
 
-A scenario's adapters are those an installer was served for (``GET /reef/harness/install``
-notes them, ``Scenario.installed_adapters``) and ``recipe.config.adapter`` (default ``pi``): the
-proposer is told each one's facts, ``well_formed`` renders for each, and ``health`` runs each
-harness (pi's first, then Claude Code's: each adapter's health check, found through
-``reef_core.harness.health_check_for``).  Entries one harness has no form for (pi extensions in
-Claude Code) are skipped there, and ``well_formed`` says so (the renderer's ``skipped``).
+A scenario's adapters are those it is installed for (``POST /reef/harness/installed`` or a
+harness's first recorded request notes them, ``Scenario.installed_adapters``) and
+``recipe.config.adapter`` (default ``pi``): the proposer is told each one's facts,
+``well_formed`` renders for each, and ``health`` runs each harness (pi's first, then Claude
+Code's: each adapter's health check, found through ``reef_core.harness.health_check_for``).
+Entries one harness has no form for (pi extensions in Claude Code) are skipped there, and
+``well_formed`` says so (the renderer's ``skipped``).
 
 A candidate that adds, changes or removes extension code (or hook-like config) waits as
 pending for a person.  The change list is kept in the step record, so a candidate whose base

@@ -4,9 +4,10 @@
 |---|---|
 | ``app``            | wiring only: settings in, an aiohttp application out; the process around it |
 | ``context``        | what every handler reaches through the app: settings, scenarios, the upstream |
+| ``browsers``       | web pages cannot drive it: a foreign ``Host`` or ``Origin`` is refused, token or not |
 | ``auth``           | bearer tokens: every route but ``/healthz`` needs one when tokens are set |
 | ``errors``         | the one table from reef's errors to HTTP statuses, as middleware |
-| ``parsing``        | JSON bodies within their limits, and the scenario header |
+| ``parsing``        | JSON bodies (JSON content types only) within their limits, and the scenario header |
 | ``headers``        | a request's capture flag, tags and harness, from its headers |
 | ``admission``      | near the open-file limit: wait for room, briefly, then 503 |
 | ``registry``       | the scenarios open for writing: opened on first use, closed when idle |
@@ -21,7 +22,7 @@
 | ``harness_routes`` | asks in, their progress, the served tree's manifest, step pages |
 | ``release_routes`` | the release chain and a person's operations on it |
 | ``canary_routes`` | the canary: its state, stop and promote, and which tree a new harness session gets |
-| ``install_routes`` | ``GET /reef/harness/install``: a POSIX sh script |
+| ``install_routes`` | ``GET /reef/harness/install``: a POSIX sh script; which harnesses are installed |
 | ``learners``       | the deployment's recipe, one learning worker per open scenario |
 | ``model_calls``    | the served model, lent to recipes through reef's upstream client |
 | ``syncing``        | the daemon and its scenarios' git remotes |

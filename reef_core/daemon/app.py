@@ -25,6 +25,7 @@ from reef_core.daemon import (
 from reef_core.daemon.admission import admission_middleware
 from reef_core.daemon.auth import auth_middleware
 from reef_core.daemon.context import DAEMON, Daemon
+from reef_core.daemon.browsers import browser_middleware
 from reef_core.daemon.errors import error_middleware
 from reef_core.daemon.learners import Learners
 from reef_core.daemon.logs import context_middleware
@@ -198,6 +199,10 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(reef_routes.routes)
     app.add_routes(records_routes.routes)
     app.add_routes(release_routes.routes)
+            # before auth, token or not: a web page's request is refused whatever it carries
+            browser_middleware(
+                settings.reef.host, settings.reef.allowed_hosts, settings.reef.allowed_origins
+            ),
     app.add_routes(harness_routes.routes)
     app.add_routes(canary_routes.routes)
     app.add_routes(install_routes.routes)
@@ -219,6 +224,7 @@ def build_app(settings: Settings) -> web.Application:
     async def sweep_idle_scenarios(app: web.Application) -> None:
         daemon.scenarios.start_sweeping()
         syncer.start()
+    app[install_routes.NOTED] = set()
 
     async def shutdown(app: web.Application) -> None:
         await syncer.stop()

@@ -32,9 +32,11 @@ log = logging.getLogger(__name__)
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
 }
 _ANTHROPIC_TYPES = {
@@ -44,6 +46,7 @@ _ANTHROPIC_TYPES = {
     404: "not_found_error",
     409: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "api_error",
     502: "api_error",

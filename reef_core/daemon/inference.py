@@ -26,6 +26,7 @@ from reef_core.daemon.auth import presented_token
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.errors import status_of
 from reef_core.daemon.headers import captured, harness_of, tags_of
+from reef_core.daemon.install_routes import note_use
 from reef_core.daemon.logs import REQUEST_ID_HEADER, note_receipt, request_id
 from reef_core.daemon.metrics import METRICS, note_upstream
 from reef_core.daemon.parsing import inference_scenario, json_body
@@ -323,6 +324,8 @@ async def _exchange(
         upstream_model=daemon.settings.inference.upstream_model,
         trace_id=trace_id(request),
     )
+    if scenario is not None:  # a harness's first recorded request notes its install (install_routes)
+        await note_use(request, name, exchange.harness)
     headers = _upstream_headers(request, daemon, client_format, stream)
     response_headers = {RELEASE_HEADER: served} if served else {}
     # the id of a Response made here (translated); a forwarded one keeps the upstream's

@@ -10,12 +10,17 @@ no adapter).  This route decides what it installs: the release's tree, the daemo
 caller reached it, the model reef serves, and the interpreter this daemon runs on (reef is local:
 the launcher runs on the same machine).  The daemon's token is never put in the script.
 
-Serving a script also notes the adapter for the scenario (``Store.note_install``: a key in the
-scenario repository's git config, no commit), so reefine checks each candidate with every harness
-the scenario is installed for.  A scenario that does not exist yet is created first when implicit
-creation is on, as its first request would: installing comes before the harness's first request.
-With implicit creation off, a script for a missing scenario is still served (the empty tree) and
-nothing is noted: that harness's requests will be refused until the scenario is created.
+Serving the script changes nothing (no GET does: an ``<img src>`` on any web page can send one).
+That the scenario is installed for the adapter (``Store.note_install``: a key in the scenario
+repository's git config, no commit; reefine checks each candidate with every harness the
+scenario is installed for) is noted by
+
+* ``POST /reef/harness/installed`` ``{"adapter"}`` (scenario as for the script), which
+  ``reef install`` and the launchers' ``install``/``update`` send once the script ran; it creates
+  a scenario that does not exist yet when implicit creation is on, as its first request would;
+* the first recorded request a known harness sends for the scenario (:func:`note_use`: its
+  ``x-reef-harness`` header or its own marks, ``headers.harness_of``), which covers
+  ``curl … | sh`` installs: their launcher's first session notes them.
 """
 
 from __future__ import annotations
@@ -26,14 +31,19 @@ import sys
 from aiohttp import web
 
 from reef_core.daemon.context import Daemon, daemon_of
-from reef_core.daemon.parsing import scenario_of_read
+from reef_core.daemon.headers import HARNESSES
+from reef_core.daemon.parsing import json_body, known_fields, scenario_of_read
 from reef_core.errors import InvalidInput, NotFound
 from reef_core.harness.render import Installer, InstallPlan, Target, installer_for
 from reef_core.harness.tree import HarnessTree
 
-__all__ = ["installer_of", "routes"]
+__all__ = ["NOTED", "installer_of", "note_use", "routes"]
 
 routes = web.RouteTableDef()
+
+#: the (scenario, adapter) pairs this process has seen noted, so a harness's every request is not
+#: a read of the repository's config
+NOTED = web.AppKey("reef.installs_noted", set)
 
 
 def _release_tree(
@@ -52,13 +62,28 @@ def _release_tree(
     return HarnessTree.from_files(reader.releases.files(release)), release.name, release.commit
 
 
-def _note_install(daemon: Daemon, name: str, adapter: str) -> None:
+def _note_install(daemon: Daemon, name: str, adapter: str) -> bool:
+    """Note ``adapter`` for scenario ``name``, creating it when implicit creation is on; False when
+    the scenario does not exist and may not be created (nothing noted)."""
     store = daemon.scenarios.store
     if not store.exists(name):
         if not daemon.scenarios.implicit:
-            return
+            return False
         store.create(name)
-    store.note_install(name, adapter)
+    if adapter not in store.reader(name).installed_adapters():
+        store.note_install(name, adapter)
+    return True
+
+
+async def note_use(request: web.Request, name: str, harness: str) -> None:
+    """A recorded request from ``harness`` for scenario ``name`` (which exists): note the install
+    the first time this process sees the pair (nothing for an ``unknown`` harness)."""
+    if harness not in HARNESSES:
+        return
+    noted = request.app[NOTED]
+    if (name, harness) not in noted:
+        await asyncio.to_thread(_note_install, daemon_of(request), name, harness)
+        noted.add((name, harness))
 
 
 def installer_of(request: web.Request) -> Installer:
@@ -97,6 +122,22 @@ async def install(request: web.Request) -> web.Response:
         token_required=bool(settings.reef.tokens),
     )
     script = await asyncio.to_thread(installer.script, plan)
-    await asyncio.to_thread(_note_install, daemon, name, installer.adapter)  # only once the script is made
     headers = {"x-reef-release-id": release} if release else {}
     return web.Response(text=script, content_type="text/x-shellscript", headers=headers)
+
+
+@routes.post("/reef/harness/installed")
+async def installed(request: web.Request) -> web.Response:
+    """``{"adapter"}``: the install script for ``adapter`` ran for the scenario; noted (see the
+    module's docstring) → ``{"scenario", "adapter", "noted"}`` (``noted`` false: the scenario does
+    not exist and implicit creation is off)."""
+    daemon = daemon_of(request)
+    name = scenario_of_read(request)
+    _, body = await json_body(request)
+    adapter = known_fields(body, {"adapter"}, "an install note").get("adapter")
+    if adapter not in HARNESSES:
+        raise InvalidInput(f"adapter must be one of {', '.join(HARNESSES)}, got {adapter!r}", field="adapter")
+    noted = await asyncio.to_thread(_note_install, daemon, name, adapter)
+    if noted:
+        request.app[NOTED].add((name, adapter))
+    return web.json_response({"scenario": name, "adapter": adapter, "noted": noted})

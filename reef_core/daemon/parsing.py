@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from reef_core import jsonio
-from reef_core.errors import InvalidInput, PayloadTooLarge
+from reef_core.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from reef_core.ids import validate_scenario_name
 
 __all__ = [
@@ -63,9 +63,10 @@ def scenario_of_read(request: web.Request) -> str:
 async def json_body(
     request: web.Request, *, max_bytes: int | None = None, extra_depth: int = 0
 ) -> tuple[bytes, dict[str, Any]]:
-    """Every JSON body reef reads comes through here: one size limit (aiohttp's, or a route's
-    own ``max_bytes``), one nesting limit (``reef.max-json-depth``, plus ``extra_depth`` on a
-    route that wraps bodies in its own envelope)."""
+    """Every JSON body reef reads comes through here: one content type (JSON's), one size limit
+    (aiohttp's, or a route's own ``max_bytes``), one nesting limit (``reef.max-json-depth``, plus
+    ``extra_depth`` on a route that wraps bodies in its own envelope)."""
+    _json_typed(request)
     if max_bytes is not None and (request.content_length or 0) > max_bytes:
         raise _too_large(request.content_length or 0, max_bytes, request.path)
     raw = await request.read()
@@ -85,6 +86,25 @@ async def json_body(
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     return raw, body
+
+
+def _json_typed(request: web.Request) -> None:
+    """A 415 unless the body says it is JSON (``application/json`` or ``application/*+json``,
+    any parameters).  A web page's ``fetch(…, {mode: "no-cors"})`` may send only ``text/plain``,
+    a form or no type, so this keeps every JSON route out of a page's reach; every client of
+    reef (SDKs, reef's own, the launchers and hooks) says JSON."""
+    sent = request.headers.get("Content-Type")
+    kind = request.content_type.lower()  # aiohttp's: the media type without parameters
+    if sent is not None and (
+        kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+    ):
+        return
+    said = f"Content-Type {sent.split(';')[0].strip()!r}" if sent and sent.strip() else "no Content-Type"
+    raise UnsupportedMediaType(
+        f"{request.path} takes a JSON body sent as Content-Type: application/json; this one came with "
+        f"{said} (curl: add -H 'content-type: application/json')",
+        field="content-type",
+    )
 
 
 def _too_large(size: int, limit: int, path: str) -> PayloadTooLarge:

@@ -1,6 +1,7 @@
 """Which harness adapters a scenario is installed for, kept in its repository's git config.
 
-Each install served for an adapter (``GET /reef/harness/install?adapter=…``) sets one key of the
+Each install noted for an adapter (``POST /reef/harness/installed`` once its script ran, or the
+harness's first recorded request: ``reef_core/daemon/install_routes.py``) sets one key of the
 scenario repository's own ``config`` file, one section per adapter::
 
     [reef-adapter "claude_code"]
@@ -49,7 +50,7 @@ INSTALLED_PREFIX = f"refs/{_REF_PART}"
 
 
 def installed_adapters(path: Path) -> frozenset[str]:
-    """The adapters whose installer the scenario repository at ``path`` has served, here or on
+    """The adapters the scenario repository at ``path`` is noted installed for, here or on
     a node whose refs a fetch brought (see the module's docstring)."""
     found = set()
     prefixes = [INSTALLED_PREFIX]
@@ -69,7 +70,7 @@ def installed_adapters(path: Path) -> frozenset[str]:
 
 
 def note_install(path: Path, adapter: str, *, now: float | None = None) -> None:
-    """Remember that an installer for ``adapter`` was served for the repository at ``path``."""
+    """Remember that the installer for ``adapter`` ran for the repository at ``path``."""
     if not isinstance(adapter, str) or not _ADAPTER.match(adapter):
         raise InvalidInput(f"adapter {adapter!r} is not an adapter name", field="adapter")
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))

@@ -64,7 +64,8 @@ def routed(reef: RunningReef, **extra: str) -> dict[str, str]:
 
 def test_a_good_candidate_answers_through_reef_unrecorded_and_in_isolation(claude, reef, upstream, tmp_path):
     # the scenario exists (an install made it), so "nothing recorded" is a count, not a 404
-    assert httpx.get(f"{reef.url}/reef/harness/install?adapter=claude_code&scenario={S}").status_code == 200
+    noted = httpx.post(f"{reef.url}/reef/harness/installed?scenario={S}", json={"adapter": "claude_code"})
+    assert noted.status_code == 200
     # a rule in the person's own Claude Code config must not reach the candidate's prompt
     leak = tmp_path / "user-home" / ".claude" / "rules" / "leak.md"
     leak.parent.mkdir(parents=True)

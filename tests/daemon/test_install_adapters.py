@@ -1,5 +1,6 @@
-"""The install route remembers which adapters a scenario is installed for, across restarts,
-without a commit."""
+"""A scenario remembers which adapters it is installed for (noted by ``POST
+/reef/harness/installed`` once a script ran, or by a harness's first recorded request), across
+restarts, without a commit; fetching the script notes and creates nothing."""
 
 from __future__ import annotations
 
@@ -15,9 +16,20 @@ from tests.daemon.conftest import RunningReef
 from tests.fakes.upstream import ScriptedUpstream
 
 
-def _install(reef: RunningReef, adapter: str, scenario: str = "dev") -> httpx.Response:
+def _script(reef: RunningReef, adapter: str, scenario: str = "dev") -> httpx.Response:
     return httpx.get(
         f"{reef.url}/reef/harness/install", params={"adapter": adapter, "scenario": scenario}, timeout=30
+    )
+
+
+def _install(reef: RunningReef, adapter: str, scenario: str = "dev") -> httpx.Response:
+    """What ``reef install`` does: fetch the script (run it), then say it ran."""
+    assert _script(reef, adapter, scenario).status_code == 200
+    return httpx.post(
+        f"{reef.url}/reef/harness/installed",
+        params={"scenario": scenario},
+        json={"adapter": adapter},
+        timeout=30,
     )
 
 
@@ -57,7 +69,11 @@ def test_the_adapters_served_are_remembered_across_a_restart(tmp_path, upstream)
 def test_a_refused_install_notes_nothing(tmp_path, upstream):
     reef = _daemon(tmp_path, upstream)
     try:
-        assert _install(reef, "emacs").status_code == 400
+        assert _script(reef, "emacs").status_code == 400
+        said = httpx.post(
+            f"{reef.url}/reef/harness/installed", params={"scenario": "dev"}, json={"adapter": "emacs"}
+        )
+        assert said.status_code == 400 and "adapter must be one of pi" in said.text
         assert not Store(reef.state_dir).exists("dev")
     finally:
         reef.stop()
@@ -66,8 +82,46 @@ def test_a_refused_install_notes_nothing(tmp_path, upstream):
 def test_without_implicit_scenarios_a_missing_scenario_is_not_created(tmp_path, upstream):
     reef = _daemon(tmp_path, upstream, "--reef.implicit-scenarios", "false")
     try:
-        assert _install(reef, "claude_code").status_code == 200  # the empty tree, as before
+        answered = _install(reef, "claude_code")  # the script is the empty tree, as before
+        assert answered.status_code == 200 and answered.json()["noted"] is False
         assert not Store(reef.state_dir).exists("dev")
+    finally:
+        reef.stop()
+
+
+def test_fetching_the_script_changes_nothing(tmp_path, upstream):
+    """Issue 44: an ``<img src>`` on any web page sends this GET; it created the scenario and
+    marked the harness installed, so later candidates failed ``health`` for a missing binary."""
+    reef = _daemon(tmp_path, upstream)
+    try:
+        for adapter in ("claude_code", "codex"):
+            assert _script(reef, adapter, "fresh").status_code == 200
+        assert not Store(reef.state_dir).exists("fresh")
+        httpx.post(f"{reef.url}/reef/scenarios", json={"name": "dev"}).raise_for_status()
+        assert _script(reef, "codex").status_code == 200
+        assert reef.reader("dev").installed_adapters() == frozenset()
+    finally:
+        reef.stop()
+
+
+def test_a_harness_first_recorded_request_notes_its_install(tmp_path, upstream):
+    """A ``curl … | sh`` install says nothing back; its launcher's first session does."""
+    reef = _daemon(tmp_path, upstream)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        plain = httpx.post(f"{reef.url}/v1/chat/completions", json=chat, headers={"x-reef-scenario": "dev"})
+        assert plain.status_code == 200 and reef.reader("dev").installed_adapters() == frozenset()
+        unrecorded = {"x-reef-scenario": "dev", "x-reef-harness": "codex", "x-reef-capture": "false"}
+        assert httpx.post(f"{reef.url}/v1/chat/completions", json=chat, headers=unrecorded).status_code == 200
+        assert reef.reader("dev").installed_adapters() == frozenset()  # a health check's run: not a use
+        for _ in range(2):
+            sent = httpx.post(
+                f"{reef.url}/v1/chat/completions",
+                json=chat,
+                headers={"x-reef-scenario": "dev", "x-reef-harness": "pi"},
+            )
+            assert sent.status_code == 200
+        assert reef.reader("dev").installed_adapters() == {"pi"}
     finally:
         reef.stop()
 

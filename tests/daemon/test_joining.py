@@ -137,8 +137,8 @@ def test_a_new_machine_joins_with_reef_clone_and_serves_at_once(make_reef, tmp_p
         ]
         for _ in range(3)
     ]
-    installed = httpx.get(
-        f"{origin.url}/reef/harness/install", params={"adapter": "claude_code"}, headers=H, timeout=30
+    installed = httpx.post(
+        f"{origin.url}/reef/harness/installed", json={"adapter": "claude_code"}, headers=H, timeout=30
     )
     assert installed.status_code == 200, installed.text
     _publish_beside(origin, {"rules/style.md": b"Be brief.\n"})

@@ -46,7 +46,9 @@ def test_the_counts_are_what_the_daemon_did(make_reef, upstream: ScriptedUpstrea
     ) as s:
         assert [c for c in s]
     bad = httpx.post(
-        f"{reef.url}/v1/chat/completions", headers={**AUTH, "x-reef-scenario": "s"}, content=b"{"
+        f"{reef.url}/v1/chat/completions",
+        headers={**AUTH, "x-reef-scenario": "s", "content-type": "application/json"},
+        content=b"{",
     )
     assert bad.status_code == 400
     assert httpx.get(f"{reef.url}/no/such/route", headers=AUTH).status_code == 404

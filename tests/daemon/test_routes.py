@@ -153,6 +153,7 @@ def test_deep_json_is_a_400_naming_the_limit_on_every_route(make_reef, upstream)
         reef,
         "/reef/report",
         content=b'{"score": NaN, "references": [], "feedback": ' + b"[" * 200 + b"]" * 200 + b"}",
+        headers={"content-type": "application/json"},
     )
     assert over_nan.status_code == 400 and "deeper than 128" in over_nan.json()["error"]["message"]
     assert len(git("-C", reef.repo("s"), "rev-list", "data").stdout.split()) == 2  # record + report

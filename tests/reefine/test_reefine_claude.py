@@ -25,10 +25,15 @@ def claude():
 
 
 def install(reef, adapter: str = "claude_code") -> None:
+    """What ``reef install`` does: fetch the script, run it, say it ran (the GET notes nothing)."""
     response = httpx.get(
         f"{reef.url}/reef/harness/install", params={"adapter": adapter, "scenario": S}, timeout=30
     )
     assert response.status_code == 200, response.text
+    noted = httpx.post(
+        f"{reef.url}/reef/harness/installed", params={"scenario": S}, json={"adapter": adapter}, timeout=30
+    )
+    assert noted.status_code == 200 and noted.json()["noted"], noted.text
 
 
 def config(name: str, value: dict) -> dict:
