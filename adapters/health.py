@@ -33,8 +33,9 @@ the few steps that differ.  One run:
    longer exists) and are cut to 300 characters.
 
 Limits: a harness reads its rules file (``AGENTS.md``, ``CLAUDE.md``) from every ancestor of its
-cwd, so one in the system temp dir would reach the prompt; a child that an extension or a hook
-moves into a new session escapes the process-group kill.
+cwd, so one in the system temp dir would reach the prompt; on the host, a child that an extension
+or a hook moves into a new session escapes the process-group kill (in the OS sandbox it cannot:
+the sandbox is a pid namespace of its own, which dies with it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ the workspace as a harness tree, lists its problems, renders it for pi and runs 
 
 The config file (written by the proposer, outside the workspace) holds ``workspace``,
 ``reef_url``, ``scenario``, ``model``, ``pi``, ``pi_version``, ``timeout``, ``task`` and ``log``;
-the token comes from ``REEF_API_KEY`` in the environment, as it does for pi.  Each try appends one
+the credential comes from ``REEF_API_KEY`` in the environment, as it does for pi (in the sandbox,
+the bridge's own, never the daemon's token).  In the sandbox the health run starts pi right
+there, with no sandbox of its own: it is already inside one.  Each try appends one
 JSON line to ``log``: whether it passed, the findings, and a digest of the tree it saw.
 """
 
