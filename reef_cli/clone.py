@@ -18,6 +18,7 @@ from reef_cli import output as out
 from reef_cli.output import JsonOption
 from reef_cli.state import StateDirOption, open_store
 from reef_core.errors import InvalidInput
+from reef_core.release.adoption import admit
 from reef_core.store.clone import clone as clone_scenario
 from reef_core.store.remotes import validate_url
 from reef_core.store.sync import DEFAULT_TIMEOUT_S
@@ -44,6 +45,11 @@ def clone(
         help="This machine's storage.node (needed when another daemon writes refs/heads/data).",
     ),
     remote: str = typer.Option("origin", "--remote", help="The remote's name in the new scenario."),
+    trusted: bool = typer.Option(
+        False,
+        "--trusted",
+        help="Serve the remote's releases without a person's approval here (code they add runs as you).",
+    ),
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds each git command may take."),
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
@@ -54,7 +60,9 @@ def clone(
     if not name:
         raise InvalidInput(f"cannot tell a scenario name from {url!r}: give one", field="scenario")
     store = open_store(state_dir)
-    made = clone_scenario(store, kept, name, remote=remote, node=node, timeout=timeout)
+    made = clone_scenario(
+        store, kept, name, remote=remote, node=node, timeout=timeout, admit=admit, trusted=trusted
+    )
     line = (
         f"{made.scenario}: cloned from {made.report.url}: {made.release or 'no release yet'}, "
         f"{made.records} records"

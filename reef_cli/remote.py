@@ -4,9 +4,12 @@ Written into the scenario repository's git config (``reef_core/store/remotes.py`
 a running daemon holds is changed through that daemon (``POST`` and ``DELETE
 /reef/scenarios/{s}/remotes`` at ``--url``): it publishes through the new remote from its next
 release on and syncs with it at once.  ``add`` on a scenario this state directory lacks says how
-to join instead (``reef clone URL SCENARIO``).  A URL carrying a password is refused:
-credentials are git's own (a credential helper, the ssh agent), and every URL shown here has its
-password redacted.
+to join instead (``reef clone URL SCENARIO``).  A URL carrying a credential (a password, a
+token, a query-string secret) or naming another transport (``ext::``, ``fd::``) is refused:
+credentials are git's own (a credential helper, the ssh agent), and every URL shown here is
+redacted.  ``--create`` makes the bare repository here, as the person who runs the command,
+before any daemon is asked; ``--trusted`` serves the remote's releases without a person's
+approval on this node (``reef_core.release.adoption``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ def add(
     name: str = _NameArgument,
     url: str = typer.Argument(..., help="Where: a path, ssh://…, user@host:path or https://… (no password)."),
     create: bool = typer.Option(False, "--create", help="Make a bare repository at URL (a path) first."),
+    trusted: bool = typer.Option(
+        False,
+        "--trusted",
+        help="Serve this remote's releases without a person's approval here (code they add runs as you).",
+    ),
     daemon_url: str = UrlOption,
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
@@ -66,10 +74,12 @@ def add(
             f"reef clone {shlex.quote(url)} {scenario} (--node NAME when another daemon writes there)",
             field="scenario",
         )
+    if create and kept.startswith("/"):
+        init_bare(Path(kept))  # here, as the person: a daemon makes one only under its state dir
     held = _held(store, scenario)
     if held is not None:
         result = _through_daemon(
-            daemon_url, scenario, held, lambda c: c.add_remote(scenario, name, kept, create=create)
+            daemon_url, scenario, held, lambda c: c.add_remote(scenario, name, kept, trusted=trusted)
         )
         report = result.get("sync") or {}
         line = f"{scenario}: remote {result['name']} → {result['url']} (added by the daemon at {daemon_url})"
@@ -78,10 +88,8 @@ def add(
         )
         out.output.done(result, line, as_json=as_json)
         return
-    if create and kept.startswith("/"):
-        init_bare(Path(kept))
-    remote = add_remote(store.path_of(scenario), name, kept)
-    result = {"scenario": scenario, "name": remote.name, "url": remote.shown_url}
+    remote = add_remote(store.path_of(scenario), name, kept, trusted=trusted)
+    result = {"scenario": scenario, "name": remote.name, "url": remote.shown_url, "trusted": remote.trusted}
     out.output.done(result, f"{scenario}: remote {remote.name} → {remote.shown_url}", as_json=as_json)
 
 

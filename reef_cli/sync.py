@@ -21,6 +21,7 @@ from reef_cli.sources import UrlOption, connect
 from reef_cli.state import StateDirOption, open_store
 from reef_core.client import DaemonUnavailable
 from reef_core.errors import InvalidInput, NotFound, ScenarioLocked
+from reef_core.release.adoption import admit
 from reef_core.store import Store
 from reef_core.store.remotes import list_remotes
 from reef_core.store.sync import DEFAULT_TIMEOUT_S, SyncReport, sync
@@ -81,9 +82,11 @@ def _sync_one(
         for each in remotes:
             if out.is_tty() and not as_json:
                 with out.output.errors.status(f"{name}: syncing with {each}…") as spinner:
-                    report = sync(opened, each, timeout=timeout, progress=lambda line: spinner.update(line))
+                    report = sync(
+                        opened, each, timeout=timeout, progress=lambda line: spinner.update(line), admit=admit
+                    )
             else:
-                report = sync(opened, each, timeout=timeout)
+                report = sync(opened, each, timeout=timeout, admit=admit)
             if not as_json:
                 _print(report)
             reports.append(report)
@@ -124,6 +127,8 @@ def _print(report: SyncReport) -> None:
         details.append(f"adopted {report.adopted}")
     if report.adopted_data:
         details.append("fetched " + ", ".join(report.adopted_data))
+    if report.held:
+        details.append("held for a person's approval: " + ", ".join(report.held))
     if details:
         line += "; " + "; ".join(details)
     out.output.console.print(line, highlight=False, markup=False)

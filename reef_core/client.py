@@ -419,9 +419,12 @@ class ReefClient:
         body = {"remote": remote} if remote else {}
         return list(self._call("POST", f"/reef/scenarios/{self._name(scenario)}/sync", json=body)["remotes"])
 
-    def add_remote(self, scenario: str, name: str, url: str, *, create: bool = False) -> dict[str, Any]:
-        """Add a git remote to a scenario the daemon holds; it syncs with it at once (``sync``)."""
-        body = {"name": name, "url": url, "create": create}
+    def add_remote(
+        self, scenario: str, name: str, url: str, *, create: bool = False, trusted: bool = False
+    ) -> dict[str, Any]:
+        """Add a git remote to a scenario the daemon holds; it syncs with it at once (``sync``).
+        ``create`` (a path under the daemon's state directory), ``trusted``: see the route."""
+        body = {"name": name, "url": url, "create": create, "trusted": trusted}
         return dict(self._call("POST", f"/reef/scenarios/{self._name(scenario)}/remotes", json=body))
 
     def remove_remote(self, scenario: str, name: str) -> dict[str, Any]:
@@ -441,9 +444,6 @@ class ReefClient:
             params["release"] = release
         return self._call("GET", "/reef/harness/install", params=params, scenario=scenario, text=True)
 
-    # -- feedback and asks -------------------------------------------------------------------
-
-    def report(
     def installed(self, scenario: str, adapter: str) -> dict[str, Any]:
         """Tell the daemon the installer for ``adapter`` ran (``reefine`` then checks candidates
         with that harness too); fetching the script notes nothing."""
@@ -451,6 +451,9 @@ class ReefClient:
             self._call("POST", "/reef/harness/installed", json={"adapter": adapter}, scenario=scenario)
         )
 
+    # -- feedback and asks -------------------------------------------------------------------
+
+    def report(
         self,
         scenario: str,
         references: list[str],

@@ -29,9 +29,10 @@ from aiohttp import web
 from reef_core.daemon.asks import parse_ask
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.parsing import json_body, scenario_header, scenario_of_read
-from reef_core.errors import ConfigError, InvalidInput, NotFound
+from reef_core.errors import ConfigError, ConflictError, InvalidInput, NotFound
 from reef_core.ids import parse_item_id
 from reef_core.learning.recipe import Recipe
+from reef_core.release.adoption import tree_problems
 from reef_core.release.evidence import step_evidence
 from reef_core.release.listing import release_listing
 from reef_core.release.pages import StepView, page_path, render_step_page, request_page_path
@@ -220,7 +221,9 @@ def _wanted_release(request: web.Request) -> str | None:
 async def harness(request: web.Request) -> web.Response:
     """The served tree (or ``?release=vN``; ``?version=`` and ``?release_id=`` are the
     original Reef client's names for it): its files as a map of path → text, which the
-    original client's ``harness_pull`` writes out as they are, with reef's own fields."""
+    original client's ``harness_pull`` writes out as they are, with reef's own fields.  Only
+    a tree :class:`~reef_core.harness.tree.HarnessTree` validates is served; any other is a
+    409 naming its problems."""
     daemon = daemon_of(request)
     name = scenario_of_read(request)
     wanted = _wanted_release(request)
@@ -231,6 +234,14 @@ async def harness(request: web.Request) -> web.Response:
         if release is None:
             raise NotFound(f"scenario {name!r} has no release yet", field="release")
         files = reader.releases.files(release)
+        problems = tree_problems(files)
+        if problems:  # never served raw: a harness writes out what it is given
+            more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise ConflictError(
+                f"{release.name} of {name} is not a valid harness tree, so it is not served: "
+                f"{'; '.join(problems[:3])}{more}",
+                field="release",
+            )
         try:
             manifest = json.loads(files.get(MANIFEST_PATH, b"{}"))
         except ValueError:

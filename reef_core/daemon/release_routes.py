@@ -138,7 +138,8 @@ async def promote(request: web.Request) -> web.Response:
                 candidate = _pending(scenario, step)
                 tip = chain.tip()
                 tree = None
-                if (tip.commit if tip else None) != candidate.base and tip is not None:
+                adopted = "adopted" in candidate.record  # another node's release: moved to as it is
+                if (tip.commit if tip else None) != candidate.base and tip is not None and not adopted:
                     try:
                         tree = daemon.learners.rebase(name, candidate.record, tip)
                     except ConflictError as exc:

@@ -10,7 +10,14 @@
   ``POST /reef/scenarios/{s}/sync`` (``reef sync`` when a daemon holds the scenario).
 * **Serving what a fetch brought**: a release adopted from a remote is delivered at once
   (weights swapped by the recipe); the harness manifest and the inference routes read the
-  chain's tip on each request, so they follow by themselves.
+  chain's tip on each request, so they follow by themselves.  Every sync and publish vets what
+  it adopts (``reef_core.release.adoption.admit``): a release that fails the screens or the
+  tree's validation is refused, one whose code nobody this node trusts approved waits as
+  pending.
+* **Adding a remote**: ``trusted`` marks it trusted; ``create`` makes a bare repository only
+  under the state directory (anywhere else is refused: an HTTP request never makes a
+  repository where the daemon's user keeps other things; ``reef remote add --create`` makes
+  one where the person says, as the person).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from aiohttp import web
 from reef_core.daemon.context import Daemon, daemon_of
 from reef_core.daemon.parsing import json_body, known_fields
 from reef_core.errors import InvalidInput, NotFound
+from reef_core.release.adoption import admit
 from reef_core.store import Scenario
 from reef_core.store.releases import Release
 from reef_core.store.remotes import Remote, add_remote, list_remotes, remove_remote, validate_url
@@ -84,7 +92,7 @@ class Syncing:
             reports = []
             async with self._locks.setdefault(name, asyncio.Lock()):
                 for each in names:
-                    report = await asyncio.to_thread(sync, scenario, each, timeout=self.timeout)
+                    report = await asyncio.to_thread(sync, scenario, each, timeout=self.timeout, admit=admit)
                     if report.adopted:
                         await asyncio.to_thread(self._serve, scenario, report.adopted)
                     if report.error:
@@ -144,7 +152,7 @@ class _FirstRemote:
         first = remotes[0]
         if self._publisher is None or self._publisher.remote != first:
             self._publisher = RemotePublisher(
-                self.scenario, first.name, timeout=self.timeout, on_adopt=self.on_adopt
+                self.scenario, first.name, timeout=self.timeout, on_adopt=self.on_adopt, admit=admit
             )
         self._publisher(release, tag, expected)
 
@@ -169,37 +177,74 @@ async def sync_route(request: web.Request) -> web.Response:
 @routes.post("/reef/scenarios/{name}/remotes")
 async def add_remote_route(request: web.Request) -> web.Response:
     """Add a remote to a scenario this daemon holds, and sync with it at once: ``{"name",
-    "url", "create"?}`` → ``{"scenario", "name", "url", "sync": what the first sync did}``.
-    ``create``: make a bare repository at ``url`` (a path) first.  From the next publish on,
-    the scenario publishes through its first remote (``reef remote add`` comes here when a
-    daemon holds the scenario)."""
+    "url", "create"?, "trusted"?}`` → ``{"scenario", "name", "url", "trusted", "sync": what the
+    first sync did}`` (``url`` redacted).  ``create``: make a bare repository at ``url`` first,
+    a path under the state directory (else refused); ``trusted``: serve its releases without a
+    person's approval here.  From the next publish on, the scenario publishes through its first
+    remote (``reef remote add`` comes here when a daemon holds the scenario)."""
     daemon = daemon_of(request)
     name = request.match_info["name"]
     daemon.scenarios.reader(name)  # an unknown scenario is a 404 before anything else
     _, body = await json_body(request)
-    fields = known_fields(body, {"name", "url", "create"}, "a remote")
+    fields = known_fields(body, {"name", "url", "create", "trusted"}, "a remote")
     remote, url = fields.get("name"), fields.get("url")
     if not isinstance(remote, str) or not isinstance(url, str):
         raise InvalidInput(
             "a remote needs a name and a url (strings)",
             field="name" if not isinstance(remote, str) else "url",
         )
-    create = fields.get("create", False)
-    if not isinstance(create, bool):
-        raise InvalidInput("create must be true or false", field="create")
+    create, trusted = fields.get("create", False), fields.get("trusted", False)
+    for key, value in (("create", create), ("trusted", trusted)):
+        if not isinstance(value, bool):
+            raise InvalidInput(f"{key} must be true or false", field=key)
+    kept = validate_url(url)
+    where = _created_at(daemon.settings.storage.state_dir, kept) if create else None
     async with daemon.scenarios.use(name, create=False) as scenario:
 
         def add() -> Remote:
-            kept = validate_url(url)
-            if create and kept.startswith("/"):
-                init_bare(Path(kept))
-            return add_remote(scenario.path, remote, kept)
+            if where is not None:
+                init_bare(where)
+            return add_remote(scenario.path, remote, kept, trusted=trusted)
 
         added = await asyncio.to_thread(add)
     [report] = await request.app[SYNCING].sync(name, added.name)
     return web.json_response(
-        {"scenario": name, "name": added.name, "url": added.shown_url, "sync": report.as_dict()}
+        {
+            "scenario": name,
+            "name": added.name,
+            "url": added.shown_url,
+            "trusted": added.trusted,
+            "sync": report.as_dict(),
+        }
     )
+
+
+def _created_at(state_dir: Path, url: str) -> Path:
+    """Where ``create`` may make a bare repository for ``url``: a local path under the state
+    directory (links resolved), else refused naming both."""
+    root = state_dir.expanduser().resolve()
+    if not url.startswith("/"):
+        raise InvalidInput(
+            f"create makes a repository only at a local path under the state directory {root}, "
+            "not at a URL: make it there first, then add it without create",
+            field="create",
+        )
+    path = Path(url).resolve()
+    if path == root or not path.is_relative_to(root):
+        raise InvalidInput(
+            f"create makes a repository only under the state directory {root}, not at {path}: "
+            f"make it yourself (git init --bare {path}, or reef remote add --create, which runs as you), "
+            "then add it without create",
+            field="create",
+        )
+    for kept in ("scenarios", "archive"):
+        if path.is_relative_to(root / kept):
+            raise InvalidInput(
+                f"create makes a repository under the state directory, but not in its {kept}/ "
+                f"({path} would read as a scenario there): pick {root / 'remotes'}/NAME.git",
+                field="create",
+            )
+    return path
 
 
 @routes.delete("/reef/scenarios/{name}/remotes/{remote}")

@@ -3,6 +3,7 @@
 | module      | owns |
 |---|---|
 | ``screens`` | credential, instruction-override and chat-template screens over text and file maps |
+| ``adoption`` | whether a release from a remote is served, held for a person, or refused |
 | ``pages``   | the self-contained HTML page of a step, and the page keys that open it |
 | ``listing`` | a scenario's releases and steps as one document (daemon and CLI), the approval question |
 | ``evidence`` | how each release does in use: sessions, scores, latency, tokens, errors; two compared |

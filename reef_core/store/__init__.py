@@ -18,6 +18,7 @@
 | ``installs``    | which harness adapters a scenario is installed for (its git config) |
 | ``foreign``     | another program's git repository, read and never written (an import's source) |
 | ``remotes``     | a scenario's git remotes: their config, running git and git-lfs against them |
+| ``approvals``   | who approved a remote's release: approvals made here, ssh-signed approvals |
 | ``sync``        | one sync with a remote, in order: fetch, adopt, push LFS objects, refs and chain |
 | ``adopt``       | a sync's taking side: the fetch; adopting data refs, the chain, tags; superseding |
 | ``push``        | a sync's giving side: LFS objects, refs, the chain (atomic, never forced); publishing |

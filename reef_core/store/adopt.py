@@ -13,12 +13,28 @@ lost does before it gives up (``push.py``):
 * :func:`_adopt_tags`: the remote's tag objects for releases that lack a tag here, then every
   tag still missing, derived from the chain (``ReleaseChain.repair_tags``).
 
+Releases from a remote meet the rules local ones do: with an :data:`Admit` (the daemon's and
+the CLI's is ``reef_core.release.adoption.admit``; the store cannot tell what a release means),
+each release the remote's chain holds beyond this node's is vetted oldest first, against the
+one before it, before the chain moves.  The chain moves only as far as the last release
+admitted (:func:`_admitted`); the first one held waits here as a pending candidate whose record
+says where it came from (``{"adopted": {"remote", "release", "commit"}}``: :func:`_hold`, once
+per commit), and one refused is only reported.  A person's ``reef promote`` of that candidate
+moves the chain to the very commit (``ReleaseChain.promote``), so every ``vN`` stays one
+release everywhere; a later sync that finds it admitted (signed, or the remote now trusted)
+adopts it and clears its pending mark (:func:`_settle_held`).  Without an :data:`Admit` every
+release is taken as it is (the store's own tests and the fault model).
+
 The steps keep their leading underscore: they are the sync's own, called by ``sync.py`` and
 ``push.py`` alone, and under these names the fault model (``tests/store/chain_model.py``)
-kills a sync on entering or leaving one.  Each is safe to be killed anywhere and run again.
+kills a sync on entering or leaving one.  Each is safe to be killed anywhere and run again:
+a held release's candidate is found again by its commit, and is marked pending after it is made.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pygit2
 
@@ -35,13 +51,37 @@ from reef_core.store.lineage import (
     tree_of,
 )
 from reef_core.store.packer import repack_lock
-from reef_core.store.releases import RELEASE_REF, SUPERSEDED_PREFIX, Release, ReleaseChain, step_name
+from reef_core.store.releases import (
+    PENDING_PREFIX,
+    RELEASE_REF,
+    SUPERSEDED_PREFIX,
+    Release,
+    ReleaseChain,
+    step_name,
+)
 from reef_core.store.remotes import Outcome, Progress, Remote, classify, lfs_fetch, run_git, tracking_ref
 from reef_core.store.repo import create_ref_exclusive, move_ref, read_ref
 from reef_core.store.scenarios import Scenario
 from reef_core.store.sync_state import SyncReport
 
-__all__: list[str] = []  # the steps are sync.py's and push.py's (see above)
+__all__ = ["Admission", "Admit"]  # the steps are sync.py's and push.py's (see above)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Whether a release from a remote may be served here: ``serve``; else held as
+    ``pending`` for a person (its change runs code nobody this node trusts approved), or
+    refused (it fails the screens or is not a well-formed tree); ``reason`` says which, for a
+    person."""
+
+    serve: bool
+    pending: bool = False
+    reason: str = ""
+
+
+#: vets one release of a remote's chain, against the release before it (None: the first):
+#: ``admit(scenario, remote, base, release)``
+Admit = Callable[[Scenario, Remote, Release | None, Release], Admission]
 
 
 def _fetch(scenario: Scenario, remote: Remote, timeout: float, progress: Progress | None) -> Outcome:
@@ -93,13 +133,94 @@ def _adopt_data(scenario: Scenario, remote: Remote, report: SyncReport) -> None:
         report.adopted_data.append(local)
 
 
-def _adopt_release(scenario: Scenario, remote: Remote, report: SyncReport, timeout: float) -> None:
-    """The remote's release chain, when ours is an ancestor of it and its checkpoint fetched."""
+def _admitted(
+    scenario: Scenario,
+    remote: Remote,
+    report: SyncReport,
+    admit: Admit | None,
+    known: str | None,
+    theirs: str,
+) -> str | None:
+    """The newest release of the remote's chain ``theirs`` past ``known`` that may be served
+    here with every one before it (None: not even the first); the first held one waits as a
+    pending candidate, the first refused one is reported (see the module's docstring)."""
+    if admit is None:
+        return theirs
+    chain = scenario.releases
+    base = chain.release_at(known) if known is not None else None
+    last = None
+    for commit in reversed(new_commits(scenario.handle.repo, theirs, known)):
+        release = chain.release_at(commit)
+        verdict = admit(scenario, remote, base, release)
+        if verdict.serve:
+            last, base = commit, release
+            continue
+        if verdict.pending:
+            step = _hold(chain, release, base, remote.name, verdict.reason)
+            report.held.append(f"{release.name} as {step_name(step)}")
+            report.warnings.append(
+                f"{release.name} on {remote.name} {verdict.reason}: not served here; it waits as pending "
+                f"{step_name(step)} for a person (reef review, reef promote {step_name(step)})"
+            )
+        else:
+            report.warnings.append(
+                f"{release.name} on {remote.name} is refused: {verdict.reason}; "
+                "the release served stays the one this node has"
+            )
+        break
+    return last
+
+
+def _hold(chain: ReleaseChain, release: Release, base: Release | None, remote: str, reason: str) -> int:
+    """The candidate that keeps ``release`` (from ``remote``, built on ``base``) for a person:
+    the one an earlier sync made (pending again unless a person rejected it), else a new one."""
+    for candidate in chain.candidates():
+        if (candidate.record.get("adopted") or {}).get("commit") == release.commit:
+            step = int(candidate.step)
+            if step not in chain.pending() and step not in chain.rejected():
+                chain.mark_pending(step)  # an earlier sync died between the two
+            return step
+    record = {"adopted": {"remote": remote, "release": release.name, "commit": release.commit}}
+    made = chain.create_candidate(
+        release.tree,
+        base=base,
+        verdict=f"pending: {release.name} from {remote} {reason}",
+        ask=release.ask,
+        record=record,
+    )
+    chain.mark_pending(made.step)
+    return int(made.step)
+
+
+def _settle_held(scenario: Scenario) -> None:
+    """Clear the pending mark of every held release the chain now holds (adopted since:
+    approved by a signature, or from a remote marked trusted meanwhile)."""
+    repo = scenario.handle.repo
+    chain = scenario.releases
+    tip = read_ref(scenario.path, RELEASE_REF)
+    if tip is None:
+        return
+    for step in chain.pending():
+        commit = (chain.candidate(step).record.get("adopted") or {}).get("commit")
+        if isinstance(commit, str) and commit in repo and is_ancestor(repo, commit, tip):
+            ref = repo.references.get(f"{PENDING_PREFIX}{step}")
+            if ref is not None:
+                ref.delete()
+
+
+def _adopt_release(
+    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, admit: Admit | None = None
+) -> None:
+    """The remote's release chain, when ours is an ancestor of it and its checkpoint fetched, as
+    far as ``admit`` lets it (see the module's docstring)."""
     repo = scenario.handle.repo
     theirs = fetched_ref(scenario, remote.name, RELEASE_REF)
     with scenario.publish_lock:
         mine = read_ref(scenario.path, RELEASE_REF)
         if theirs is None or mine == theirs or (mine is not None and not is_ancestor(repo, mine, theirs)):
+            return
+        theirs = _admitted(scenario, remote, report, admit, mine, theirs)
+        if theirs is None:
             return
         new = new_commits(repo, theirs, mine)
         tip_name = scenario.releases.release_at(theirs).name
@@ -116,6 +237,7 @@ def _adopt_release(scenario: Scenario, remote: Remote, report: SyncReport, timeo
         except ConflictError:
             return  # a local publish won the chain meanwhile: the push below tells
         _adopt_tags(scenario, remote)
+        _settle_held(scenario)
         report.adopted = tip_name
 
 
@@ -164,14 +286,18 @@ def _checkpoint_missing(
     return True
 
 
-def _supersede(scenario: Scenario, remote: Remote, report: SyncReport, timeout: float) -> None:
+def _supersede(
+    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, admit: Admit | None = None
+) -> None:
     """Releases published here while the remote could not be reached, on a chain the remote
     moved past meanwhile (another node published): the remote's chain wins, so that every
     ``vN`` is one release everywhere.  This node's chain moves to the remote's (the one place a
     local release ref moves back: those releases were never pushed, so no other node or client
     of the remote knows them), its tags of those numbers become the remote's, and each
     superseded release is kept twice: its commit under ``refs/reef/superseded/``, and its
-    content as a pending candidate on the new tip, for a person to review and promote.
+    content as a pending candidate on the new tip, for a person to review and promote.  The
+    remote's chain wins only as far as ``admit`` lets it: when not even its first release past
+    the fork may be served, this node keeps its own.
     """
     repo = scenario.handle.repo
     theirs = fetched_ref(scenario, remote.name, RELEASE_REF)
@@ -186,6 +312,10 @@ def _supersede(scenario: Scenario, remote: Remote, report: SyncReport, timeout: 
             return
         base = repo.merge_base(mine, theirs)
         known = None if base is None else str(base)
+        admitted = _admitted(scenario, remote, report, admit, known, theirs)
+        if admitted is None:
+            return
+        theirs = admitted
         chain = scenario.releases
         ours = [chain.release_at(commit) for commit in reversed(new_commits(repo, mine, known))]
         new = new_commits(repo, theirs, known)
@@ -215,6 +345,7 @@ def _supersede(scenario: Scenario, remote: Remote, report: SyncReport, timeout: 
             if held is not None and str(held.peel(pygit2.Commit).id) == release.commit:
                 held.delete()
         _adopt_tags(scenario, remote)
+        _settle_held(scenario)
         report.adopted = tip.name
         names = ", ".join(release.name for release in ours)
         report.warnings.append(

@@ -27,7 +27,7 @@ from reef_core.store.releases import RELEASE_REF
 from reef_core.store.remotes import add_remote, tracking_ref
 from reef_core.store.repo import init_bare, read_ref
 from reef_core.store.scenarios import Scenario, Store
-from reef_core.store.sync import DEFAULT_TIMEOUT_S, SyncReport, sync
+from reef_core.store.sync import DEFAULT_TIMEOUT_S, Admit, SyncReport, sync
 
 __all__ = ["Cloned", "clone"]
 
@@ -58,11 +58,16 @@ def clone(
     remote: str = "origin",
     node: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    admit: Admit | None = None,
+    trusted: bool = False,
 ) -> Cloned:
     """Make scenario ``name`` on this node from the git remote at ``url`` (see the module's
     docstring).  Raises :class:`InvalidInput` when ``name`` exists here already,
     :class:`RemoteError` when the remote cannot be read, :class:`ConflictError` when the remote
-    already has this node's own data ref or the newest release's checkpoint cannot be fetched."""
+    already has this node's own data ref or the newest release's checkpoint cannot be fetched.
+    ``admit`` vets the releases adopted (``adopt.py``): a release held for a person's approval
+    is pending in the new scenario, which serves the release before it; ``trusted`` marks the
+    remote trusted (``remote.<name>.reefTrusted``)."""
     final = store.path_of(name)
     if store.exists(name):
         raise InvalidInput(f"scenario {name!r} exists in {store.state_dir} already", field="scenario")
@@ -73,8 +78,8 @@ def clone(
     try:
         scenario = Scenario(name, tmp, options, store.space)
         try:
-            add_remote(tmp, remote, url)
-            report = sync(scenario, remote, timeout=timeout)
+            add_remote(tmp, remote, url, trusted=trusted)
+            report = sync(scenario, remote, timeout=timeout, admit=admit)
             _refuse_unless_joined(scenario, remote, report)
             tip = scenario.releases.tip()
             records = scenario.data.counts()["record"]
@@ -102,7 +107,7 @@ def _refuse_unless_joined(scenario: Scenario, remote: str, report: SyncReport) -
             field="node",
         )
     theirs = read_ref(scenario.path, tracking_ref(remote, RELEASE_REF))
-    if theirs is not None and read_ref(scenario.path, RELEASE_REF) != theirs:
+    if theirs is not None and read_ref(scenario.path, RELEASE_REF) != theirs and not report.held:
         why = "; ".join(report.warnings) or "it could not be adopted"
         raise ConflictError(
             f"the newest release on {report.url} cannot be served here: {why}", field="remote"

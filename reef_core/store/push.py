@@ -31,7 +31,7 @@ from typing import Any
 import pygit2
 
 from reef_core.errors import ConflictError, StoreError
-from reef_core.store.adopt import _adopt_release, _fetch, _supersede
+from reef_core.store.adopt import Admit, _adopt_release, _fetch, _supersede
 from reef_core.store.installs import INSTALLED_PREFIX
 from reef_core.store.lfs import lfs_object_path, lfs_pointers
 from reef_core.store.lineage import (
@@ -310,11 +310,13 @@ class RemotePublisher:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         on_adopt: Callable[[str], None] | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.scenario = scenario
         self.remote = get_remote(scenario.path, remote)
         self.timeout = timeout
         self.on_adopt = on_adopt
+        self.admit = admit
         self.last: ReleasePush | None = None
 
     def __call__(self, release: Release, tag: str, expected: str | None) -> None:
@@ -327,8 +329,8 @@ class RemotePublisher:
             return  # pushed, or unreachable: published here, pushed by a later sync
         report = SyncReport(scenario=self.scenario.name, remote=name, url=self.remote.shown_url)
         if _fetch(self.scenario, self.remote, self.timeout, None).ok:
-            _adopt_release(self.scenario, self.remote, report, self.timeout)
-            _supersede(self.scenario, self.remote, report, self.timeout)
+            _adopt_release(self.scenario, self.remote, report, self.timeout, self.admit)
+            _supersede(self.scenario, self.remote, report, self.timeout, self.admit)
         if report.adopted and self.on_adopt is not None:
             self.on_adopt(report.adopted)
         now = report.adopted or "a chain this node cannot follow yet"

@@ -31,6 +31,7 @@ from typing import Any
 import pygit2
 
 from reef_core.errors import ConflictError, InvalidInput, NotFound, StoreError
+from reef_core.store.approvals import approve_here
 from reef_core.store.data import parse_trailers
 from reef_core.store.repo import (
     RepoHandle,
@@ -498,6 +499,11 @@ class ReleaseChain:
         name = f"{PENDING_PREFIX}{step}"
         with self._claim(name) as txn:
             candidate = self.candidate(step)
+            adopted = candidate.record.get("adopted")
+            if isinstance(adopted, dict):
+                release = self._approve_adopted(step, str(adopted.get("commit")), approved_by)
+                txn.remove(name)
+                return release
             done = next((r for r in self if r.source == f"candidate {step}"), None)
             if done is None:
                 done = self.publish(
@@ -513,6 +519,32 @@ class ReleaseChain:
                 return done
             txn.remove(name)  # a promoter died after publishing: finish its clean-up
         raise ConflictError(f"candidate {step} was already promoted as {done.name}")
+
+    def _approve_adopted(self, step: int, commit: str, approved_by: str | None) -> Release:
+        """A person here approves a release another node published, held here as pending
+        (``adopt.py``): the approval is kept (``approvals.py``) and the chain moves to that very
+        commit, so ``vN`` stays one release everywhere.  Refused, changing nothing, when the
+        chain has moved past the commit it was built on (a later sync holds the new one)."""
+        repo = self._repo
+        target = repo.get(commit) if len(commit) == 40 else None
+        if not isinstance(target, pygit2.Commit):
+            raise StoreError(f"candidate {step} names release commit {commit}, which this repository lacks")
+        release = self._release_of(target)
+        tip = read_ref(self._handle.path, RELEASE_REF)
+        if tip is not None and (tip == commit or repo.descendant_of(tip, commit)):
+            return release  # adopted since (a sync found it approved): nothing left to do
+        parent = str(target.parents[0].id) if target.parents else None
+        if parent != tip:
+            raise ConflictError(
+                f"c{step} holds {release.name} of another node, built on a release this node does not "
+                "serve now: reject it, and sync again to hold the newest",
+                field="release",
+            )
+        approve_here(repo, commit, _approver(approved_by or "a person"))
+        self._swap(RELEASE_REF, tip, target.id, message=f"{release.name} approved here")
+        self._tip = None
+        self.repair_tags()
+        return release
 
     def reject(self, step: int) -> None:
         """Turn down a pending candidate: it leaves pending and is marked rejected."""

@@ -21,9 +21,19 @@ slower).  Each child gets no terminal (``GIT_TERMINAL_PROMPT=0``), stable Englis
 group (``process_group=0``: killing the daemon's group does not cut an atomic push in half, and it
 costs a vfork, not a fork) and ``nice``; a timeout kills its whole group.
 
-Credentials are git's own (credential helpers, the ssh agent): a URL with a password is refused,
-and every line of git or git-lfs output reef shows or keeps goes through :func:`redact` (git-lfs
-3.3.0 prints a URL's password in its errors).
+Credentials are git's own (credential helpers, the ssh agent): a URL that carries one (a
+password, a token as the user name, a token in the query string) is refused at ``remote add``,
+so none is ever kept in reef's files; and every URL and every line of git or git-lfs output reef
+shows or keeps goes through :func:`redact` (git-lfs 3.3.0 prints a URL's password in its errors,
+and a remote configured by hand may carry one).
+
+Transports are the ones a person means: https, http, ssh, git and local paths (``file://``).
+``<transport>::<address>`` (``ext::``, ``fd::``, any remote helper) and other schemes are refused
+at ``remote add``, and every git call reef makes runs with ``protocol.allow=never`` and only those
+allowed, so a URL written into the config by hand cannot run a command either.
+
+``remote.<name>.reefTrusted = true`` marks a remote whose releases are served without a person's
+approval here (``reef remote add --trusted``; see ``reef_core.release.adoption``).
 """
 
 from __future__ import annotations
@@ -47,6 +57,9 @@ from reef_core.store.repo import repo_config, write_config
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "PROTOCOLS",
+    "SCHEMES",
+    "TRUSTED_KEY",
     "GitResult",
     "Outcome",
     "Progress",
@@ -66,8 +79,36 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: ``scheme://user:password@``: the password goes
 _USERINFO_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*):[^@/\s]*@")
+#: ``scheme://<token>@``: a user name that is a token goes whole
+_USERINFO_TOKEN = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]+)@")
+#: ``?access_token=…``, ``&private_token=…``: the value goes
+_QUERY_SECRET = re.compile(
+    r"([?&;](?:[A-Za-z0-9_.-]*(?:token|secret|password|passwd|pwd|auth|key|sig|signature|credential)"
+    r"[A-Za-z0-9_.-]*)=)[^&#\s;]+",
+    re.IGNORECASE,
+)
+#: the shapes of common git hosting tokens, wherever they stand
+_TOKEN_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{16,}"
+    r"|gl(?:oas|dt|rt|cbt|ptt|ft|imt|agent|soat)-[A-Za-z0-9_-]{16,})"
+)
+#: a user name this long, of key characters with a digit, is taken for a token (GitHub's classic
+#: 40-hex tokens, Bitbucket and Azure tokens passed as the user name)
+_TOKENISH_USER = re.compile(r"^(?=.*[0-9])[A-Za-z0-9_.~+/=-]{20,}$")
+#: ``ext::sh -c …``, ``fd::3``, ``file::…``: git's remote-helper syntax, which runs a helper
+_HELPER_SYNTAX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
+#: the schemes a remote may use (``git+ssh`` and ``ssh+git`` are git's own spellings of ssh)
+SCHEMES = ("file", "git", "git+ssh", "http", "https", "ssh", "ssh+git")
+#: for every git call reef makes: only the transports a person means (``ext``, ``fd`` and any
+#: remote helper are refused by git itself, whatever a URL in the config says)
+PROTOCOLS = ["-c", "protocol.allow=never"] + [
+    arg for name in ("file", "git", "http", "https", "ssh") for arg in ("-c", f"protocol.{name}.allow=always")
+]
 _NICE = shutil.which("nice")
+#: the remote's config key that marks it trusted (``git config remote.<name>.reefTrusted true``)
+TRUSTED_KEY = "reefTrusted"
 #: how long one git command against a remote may take unless the caller says
 DEFAULT_TIMEOUT_S = 120.0
 #: told each line (or ``\r``-separated update) of a git command's stderr as it comes, redacted
@@ -78,30 +119,68 @@ Progress = Callable[[str], None]
 _ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C"}
 _SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10"
 #: a remote that stalls is given up on (and the subprocess timeout bounds the whole command)
-_CONFIG = ["-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=20", "-c", "lfs.locksverify=false"]
+_CONFIG = [
+    *PROTOCOLS,
+    "-c",
+    "http.lowSpeedLimit=1000",
+    "-c",
+    "http.lowSpeedTime=20",
+    "-c",
+    "lfs.locksverify=false",
+]
+_CREDENTIAL_ADVICE = (
+    "reef keeps no passwords or tokens in a remote's URL; use a credential helper "
+    "(git config --global credential.helper …, or gh auth setup-git) or ssh"
+)
+
+
+def _token_user(match: re.Match[str]) -> str:
+    user = match.group(2)
+    if _TOKENISH_USER.match(user) or _TOKEN_SHAPES.search(user):
+        return f"{match.group(1)}***@"
+    return match.group(0)
 
 
 def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``."""
-    return _USERINFO_PASSWORD.sub(r"\1:***@", text)
+    """``text`` with every credential a URL in it may carry replaced by ``***``: a password
+    (``user:***@``), a user name that is a token, a query-string secret (``access_token=***``),
+    and the shapes of common hosting tokens (``ghp_…``, ``github_pat_…``, ``glpat-…``) anywhere."""
+    text = _USERINFO_PASSWORD.sub(r"\1:***@", text)
+    text = _USERINFO_TOKEN.sub(_token_user, text)
+    text = _QUERY_SECRET.sub(r"\1***", text)
+    return _TOKEN_SHAPES.sub("***", text)
 
 
 def validate_url(url: str) -> str:
-    """``url`` as reef keeps it: refused if it carries a password; a local path made absolute."""
+    """``url`` as reef keeps it: an https, http, ssh, git or ``file://`` URL, an scp-like
+    ``user@host:path`` or a local path (made absolute); refused when it names another transport
+    (``ext::…``, ``fd::…``, any ``<helper>::``) or carries a credential (see the module's docstring)."""
     text = url.strip()
     if not text or text.startswith("-") or any(ch in text for ch in "\n\r\0"):
         raise InvalidInput(f"{redact(url)!r} is not a git remote URL", field="url")
+    if _HELPER_SYNTAX.match(text):
+        helper = text.split("::", 1)[0]
+        raise InvalidInput(
+            f"{redact(text)!r} uses git's {helper}:: remote-helper syntax, which reef refuses: a remote "
+            f"is an https, http, ssh or git URL, user@host:path, or a local path",
+            field="url",
+        )
+    if redact(text) != text:
+        raise InvalidInput(f"{redact(text)}: {_CREDENTIAL_ADVICE}", field="url")
     if "://" in text:
         try:
-            password = urlsplit(text).password
+            parts = urlsplit(text)
+            password = parts.password
         except ValueError as exc:
             raise InvalidInput(f"{redact(text)!r} is not a URL: {exc}", field="url") from None
-        if password is not None:
+        if parts.scheme.lower() not in SCHEMES:
             raise InvalidInput(
-                f"{redact(text)}: reef keeps no passwords; use a credential helper "
-                "(git config --global credential.helper …) or ssh",
+                f"{redact(text)!r}: reef's remotes use {', '.join(SCHEMES)} URLs or local paths, "
+                f"not {parts.scheme}://",
                 field="url",
             )
+        if password is not None:
+            raise InvalidInput(f"{redact(text)}: {_CREDENTIAL_ADVICE}", field="url")
         return text
     head = text.split("/", 1)[0]
     if ":" in head:  # scp-like user@host:path
@@ -129,7 +208,9 @@ def tracking_ref(remote: str, ref: str) -> str:
 @dataclass(frozen=True)
 class Remote:
     name: str
-    url: str  # as configured (never holds a password: refused at add)
+    url: str  # as configured (never holds a credential when added by reef: refused at add)
+    #: ``remote.<name>.reefTrusted``: its releases are served here without a person's approval
+    trusted: bool = False
 
     @property
     def shown_url(self) -> str:
@@ -139,12 +220,19 @@ class Remote:
 def list_remotes(path: Path) -> list[Remote]:
     """The remotes configured in the repository at ``path``, by name."""
     found = {}
+    trusted = set()
     for entry in repo_config(path):
-        if entry.name.startswith("remote.") and entry.name.endswith(".url"):
-            name = entry.name[len("remote.") : -len(".url")]
-            if entry.value is not None:
-                found[name] = Remote(name, entry.value)
-    return [found[name] for name in sorted(found)]
+        if not entry.name.startswith("remote."):
+            continue
+        if entry.name.endswith(".url") and entry.value is not None:
+            found[entry.name[len("remote.") : -len(".url")]] = entry.value
+        elif entry.name.lower().endswith(f".{TRUSTED_KEY.lower()}"):
+            name = entry.name[len("remote.") : -len(TRUSTED_KEY) - 1]
+            if (entry.value or "").strip().lower() in ("true", "yes", "on", "1"):
+                trusted.add(name)
+            else:
+                trusted.discard(name)
+    return [Remote(name, found[name], name in trusted) for name in sorted(found)]
 
 
 def get_remote(path: Path, name: str) -> Remote:
@@ -154,9 +242,11 @@ def get_remote(path: Path, name: str) -> Remote:
     raise NotFound(f"scenario {path.stem} has no remote {name!r}", field="remote")
 
 
-def add_remote(path: Path, name: str, url: str) -> Remote:
+def add_remote(path: Path, name: str, url: str, *, trusted: bool = False) -> Remote:
     """Configure remote ``name`` at ``url`` for the repository at ``path`` (see the module's
-    docstring for what is written); refuses a name that exists and a URL with a password."""
+    docstring for what is written); refuses a name that exists, a URL that carries a credential
+    and a transport other than https, http, ssh, git or a local path.  ``trusted``: its releases
+    are served here without a person's approval (``remote.<name>.reefTrusted``)."""
     _validate_name(name)
     kept = validate_url(url)
     if any(remote.name == name for remote in list_remotes(path)):
@@ -170,6 +260,8 @@ def add_remote(path: Path, name: str, url: str) -> Remote:
         (f"{section}.tagOpt", "--no-tags"),
         (f"{section}.prune", "true"),
     ]
+    if trusted:
+        values.append((f"{section}.{TRUSTED_KEY}", "true"))
 
     def write(config: pygit2.Config) -> None:  # idempotent: tried again while config.lock is held
         for key, value in values:
@@ -179,7 +271,7 @@ def add_remote(path: Path, name: str, url: str) -> Remote:
                 config.set_multivar(key, "^$", value)  # matches none: adds a value
 
     write_config(path, write, what=f"add remote {name}")
-    return Remote(name, kept)
+    return Remote(name, kept, trusted)
 
 
 def remove_remote(path: Path, name: str) -> None:

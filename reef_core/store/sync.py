@@ -39,7 +39,15 @@ from __future__ import annotations
 
 import time
 
-from reef_core.store.adopt import _adopt_data, _adopt_release, _adopt_tags, _fetch, _supersede
+from reef_core.store.adopt import (
+    Admission,
+    Admit,
+    _adopt_data,
+    _adopt_release,
+    _adopt_tags,
+    _fetch,
+    _supersede,
+)
 from reef_core.store.push import (
     ReleasePush,
     RemotePublisher,
@@ -54,6 +62,8 @@ from reef_core.store.sync_state import SyncReport, read_state, remote_status, wr
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "Admission",
+    "Admit",
     "ReleasePush",
     "RemotePublisher",
     "SyncReport",
@@ -70,10 +80,12 @@ def sync(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
+    admit: Admit | None = None,
 ) -> SyncReport:
     """Fetch from, adopt from and push to ``remote`` (see the module's docstring); the report
     says what happened, and is kept in ``reef-sync/<remote>.json``.  Never raises for what the
-    remote did (the report's ``outcome`` and ``error`` say)."""
+    remote did (the report's ``outcome`` and ``error`` say).  ``admit`` vets each release the
+    remote's chain brings before this node serves it (``adopt.py``)."""
     config = get_remote(scenario.path, remote)
     report = SyncReport(scenario=scenario.name, remote=config.name, url=config.shown_url)
     state = read_state(scenario.path, config.name)
@@ -92,8 +104,8 @@ def sync(
         return report
     report.fetched = True
     _adopt_data(scenario, config, report)
-    _adopt_release(scenario, config, report, timeout)
-    _supersede(scenario, config, report, timeout)
+    _adopt_release(scenario, config, report, timeout, admit)
+    _supersede(scenario, config, report, timeout, admit)
     with scenario.publish_lock:  # tags a sync that died left missing here, the remote's first
         _adopt_tags(scenario, config)
     _push_lfs(scenario, config, report, state, timeout)
@@ -113,6 +125,7 @@ def sync(
         url=config.shown_url,
         lfs=report.lfs,
         adopted=report.adopted,
+        held=report.held,
         warnings=report.warnings,
         last_error=report.error,
     )

@@ -54,6 +54,8 @@ class SyncReport:
     pushed: dict[str, str] = field(default_factory=dict)  # remote ref -> git's summary
     adopted: str | None = None  # the release adopted from the remote, "v7"
     adopted_data: list[str] = field(default_factory=list)
+    #: releases of the remote held here for a person's approval, "v2 as c3" (``adopt.py``)
+    held: list[str] = field(default_factory=list)
     lfs: str = "none"
     warnings: list[str] = field(default_factory=list)
 

@@ -20,14 +20,14 @@ def _get(reef, path: str, **params: str) -> httpx.Response:
 def test_the_manifest_maps_each_text_file_to_its_text_and_lists_every_file(make_reef):
     reef = make_reef()
     httpx.post(f"{reef.url}/reef/scenarios", json={"name": S}, timeout=10)
-    files = {"rules/a.md": "caf\u00e9\n".encode(), "config/blob.bin": b"\xff\x00\x01"}
+    files = {"rules/a.md": "caf\u00e9\n".encode(), "config/settings.json": b'{"theme": "dark"}\n'}
     v1 = publish(reef.state_dir, S, files)
     publish(reef.state_dir, S, {"rules/a.md": b"two\n"})
     answer = _get(reef, "/reef/harness", version="v1")
     assert answer.status_code == 200 and answer.headers["x-reef-artifact-version"] == "v1"
     body = answer.json()
-    assert body["files"] == {"rules/a.md": "caf\u00e9\n"}
-    assert body["binary"] == ["config/blob.bin"]
+    assert body["files"] == {"rules/a.md": "caf\u00e9\n", "config/settings.json": '{"theme": "dark"}\n'}
+    assert body["binary"] == []
     assert body["entries"] == [
         {"path": p, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for p, d in sorted(files.items())
     ]
