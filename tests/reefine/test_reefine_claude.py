@@ -122,7 +122,7 @@ def test_settings_claude_code_will_not_load_fail_its_health_after_pi_passes(reef
     assert health.startswith("pi ")
     assert health.endswith(
         "Claude Code could not load the candidate's settings: These settings did not load: "
-        "settings.json (permissions.allow): Expected array, but received string"
+        "settings.json (permissions.allow): Expected array, but received string (in the sandbox)"
     )
 
 
