@@ -176,17 +176,22 @@ def _under_system(path: Path) -> bool:
 
 def install_folders(programs: Iterable[Path | str]) -> list[Path]:
     """What must be bound for ``programs`` to start: for each, as named and as resolved, the
-    outermost ``node_modules`` it lies in (an npm install: the harness, the node beside it), else
-    the prefix above its ``bin`` folder (a Python or a node with its libraries), else its folder;
-    nothing under the system directories (bound anyway); outermost folders only."""
+    outermost ``node_modules`` it lies in (an npm install: the harness, the node beside it); else,
+    for the resolved file in a ``bin`` folder, the prefix above it (a Python or a node with its
+    libraries), unless that prefix holds the home folder; else the folder it lies in.  Nothing
+    under the system directories (bound anyway); outermost folders only."""
+    home = Path(os.path.expanduser("~")).absolute()
     wanted: set[Path] = set()
     for program in programs:
         named = Path(program).absolute()
-        for path in (named, named.resolve()):
+        resolved = named.resolve()
+        for path in (named, resolved):
             parts = path.parts
             if "node_modules" in parts:
                 folder = Path(*parts[: parts.index("node_modules") + 1])
-            elif path.parent.name == "bin":
+            elif (
+                path is resolved and path.parent.name == "bin" and not home.is_relative_to(path.parent.parent)
+            ):
                 folder = path.parent.parent
             else:
                 folder = path.parent

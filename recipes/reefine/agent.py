@@ -281,7 +281,7 @@ class AgentProposer:
                 env=env,
                 writable=(box.workspace, box.home),
                 programs=[self.pi.path, sys.executable, *([node] if node else [])],
-                readonly=_PROJECT_PACKAGES,
+                readonly=[*_PROJECT_PACKAGES, Path(sys.prefix)],  # try_harness's code and environment
                 chdir=box.workspace,
             )
             return run_captured(argv, cwd=box.workspace, env={}, timeout=self.timeout, scratch=box.scratch)
