@@ -243,6 +243,12 @@ def test_versions_evolve_and_feedback_answer_in_session_without_a_model_call(
 def test_without_reef_claude_the_commands_say_how_to_start_it(make_reef, claude_machine: ClaudeMachine):
     reef = make_reef()
     claude_machine.install(reef)
+    # as `reef install` says once the script ran (fetching it creates nothing): the scenario
+    # exists, so "no report" below is a count, not a 404
+    noted = httpx.post(
+        f"{reef.url}/reef/harness/installed", params={"scenario": SCENARIO}, json={"adapter": "claude_code"}
+    )
+    assert noted.status_code == 200, noted.text
     env = {
         **claude_machine.env,
         "CLAUDE_CONFIG_DIR": str(claude_machine.config),
