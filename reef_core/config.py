@@ -91,6 +91,11 @@ class ReefSettings:
     )
     max_body_bytes: int = _setting(64 * 1024 * 1024, "largest request body accepted")
     max_json_depth: int = _setting(128, "deepest nesting of arrays and objects accepted in a JSON body")
+    header_timeout_s: float = _setting(
+        60.0,
+        "seconds a connection may take to send a request's head (from its opening, or from the end of "
+        "its last answer); past that it is closed",
+    )
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,11 @@ class InferenceSettings:
         None, "where pretrained local models are cached (default: <state>/models)"
     )
     timeout_s: float = _setting(600.0, "seconds to wait for an upstream answer")
+    max_answer_bytes: int = _setting(
+        256 * 1024 * 1024,
+        "largest upstream answer read (a whole answer, or a stream's bytes all together, decoded); "
+        "past it the answer is cut off with a 502",
+    )
     responses: str = _setting(
         "auto",
         "how POST /v1/responses reaches an OpenAI upstream: forward it, translate it to chat "
@@ -151,6 +161,9 @@ class StorageSettings:
     pack_every: int = _setting(2000, "items (or 1/20 as many batches) between background repacks (0: never)")
     max_open_scenarios: int = _setting(
         64, "most scenarios held open for writing at once (fewer when the open-file limit is low)"
+    )
+    max_scenarios: int = _setting(
+        10_000, "most scenarios under the state directory: creating one more is refused (403)"
     )
     idle_close_s: float = _setting(300.0, "seconds a scenario may sit unused before it is closed (0: never)")
     sync_interval: float = _setting(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +25,8 @@ from reef_core.daemon import (
 )
 from reef_core.daemon.admission import admission_middleware
 from reef_core.daemon.auth import auth_middleware
-from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.browsers import browser_middleware
+from reef_core.daemon.context import DAEMON, Daemon
 from reef_core.daemon.errors import error_middleware
 from reef_core.daemon.learners import Learners
 from reef_core.daemon.logs import context_middleware
@@ -94,6 +95,17 @@ async def warn_while_open(host: str, port: int, *, every: float | None = None) -
         await asyncio.sleep(every)
 
 
+def keep_private(state_dir: Path) -> None:
+    """The state directory is its user's alone (0700): it holds every recorded prompt and
+    answer, and another user of this machine must not read them.  Made so if it does not
+    exist; one that others can enter is closed, and the log says so."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = state_dir.stat().st_mode & 0o777
+    if mode & 0o077:
+        os.chmod(state_dir, mode & 0o700)
+        log.warning("%s was open to other users (mode %o): made it private", state_dir, mode)
+
+
 def build_app(settings: Settings) -> web.Application:
     if settings.reef.max_json_depth < 1:
         raise ConfigError(
@@ -101,6 +113,14 @@ def build_app(settings: Settings) -> web.Application:
             field="reef.max_json_depth",
         )
     storage = settings.storage
+    keep_private(storage.state_dir)
+    for setting, value in (
+        ("storage.max_scenarios", storage.max_scenarios),
+        ("inference.max_answer_bytes", settings.inference.max_answer_bytes),
+        ("reef.header_timeout_s", settings.reef.header_timeout_s),
+    ):
+        if value <= 0:
+            raise ConfigError(f"{setting.replace('_', '-')} must be positive, got {value}", field=setting)
     if storage.max_open_scenarios < 1 or storage.idle_close_s < 0:
         raise ConfigError(
             "storage.max-open-scenarios must be at least 1 and storage.idle-close-s at least 0 "
@@ -125,6 +145,7 @@ def build_app(settings: Settings) -> web.Application:
             pack_every=storage.pack_every,
             fsync=storage.fsync,
             node=storage.node,
+            max_scenarios=storage.max_scenarios,
             on_batch=metrics.batched,
             on_repacked=metrics.repacked,
         ),
@@ -159,7 +180,11 @@ def build_app(settings: Settings) -> web.Application:
             max_open=storage.max_open_scenarios,
             idle_close_s=storage.idle_close_s,
         ),
-        upstream=UpstreamClient(settings.inference.upstream_url, timeout_s=settings.inference.timeout_s),
+        upstream=UpstreamClient(
+            settings.inference.upstream_url,
+            timeout_s=settings.inference.timeout_s,
+            max_answer_bytes=settings.inference.max_answer_bytes,
+        ),
         reports=ReportDesk(),
         asks=KeyedDesk("ask"),
         records=KeyedDesk("record"),
@@ -174,6 +199,10 @@ def build_app(settings: Settings) -> web.Application:
             *([tracing_middleware(tracing)] if tracing.on else []),
             context_middleware(access_lines=settings.ops.log_format == "json"),
             error_middleware,
+            # before auth, token or not: a web page's request is refused whatever it carries
+            browser_middleware(
+                settings.reef.host, settings.reef.allowed_hosts, settings.reef.allowed_origins
+            ),
             auth_middleware(settings.reef.tokens),
             admission_middleware(daemon.scenarios),  # near the file limit: wait, then 503
         ],
@@ -195,14 +224,11 @@ def build_app(settings: Settings) -> web.Application:
 
     daemon.scenarios.on_open = on_open
     app[MAX_JSON_DEPTH] = settings.reef.max_json_depth
+    app[install_routes.NOTED] = set()
     app.add_routes(inference.routes)
     app.add_routes(reef_routes.routes)
     app.add_routes(records_routes.routes)
     app.add_routes(release_routes.routes)
-            # before auth, token or not: a web page's request is refused whatever it carries
-            browser_middleware(
-                settings.reef.host, settings.reef.allowed_hosts, settings.reef.allowed_origins
-            ),
     app.add_routes(harness_routes.routes)
     app.add_routes(canary_routes.routes)
     app.add_routes(install_routes.routes)
@@ -224,7 +250,6 @@ def build_app(settings: Settings) -> web.Application:
     async def sweep_idle_scenarios(app: web.Application) -> None:
         daemon.scenarios.start_sweeping()
         syncer.start()
-    app[install_routes.NOTED] = set()
 
     async def shutdown(app: web.Application) -> None:
         await syncer.stop()
@@ -268,7 +293,10 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
     """
     check_listening(settings)
     app = build_app(settings)
-    runner = web.AppRunner(app, access_log=None)
+    # aiohttp's keep-alive timer runs from a connection's opening (and from the end of each
+    # answer) until a request's head is complete, and closes the connection then: it is the
+    # header-read timeout (a client that dribbles a head never holds a connection for long)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=settings.reef.header_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, settings.reef.host, settings.reef.port)
     await site.start()
