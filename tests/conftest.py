@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -97,6 +99,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = info.name2fixturedefs.values() if info else ()
         if any(chain[-1].scope in ("module", "class", "package") for chain in defs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A fresh folder outside ``/tmp`` (which any sandbox replaces with its own): ``/var/tmp``'s,
+    else the project's ``.cache``; removed afterwards."""
+    parent = Path("/var/tmp")
+    if not (parent.is_dir() and os.access(parent, os.W_OK)):
+        parent = Path(__file__).resolve().parents[1] / ".cache"
+        parent.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="reef-test-", dir=parent))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

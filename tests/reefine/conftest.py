@@ -8,9 +8,6 @@ reviewer.  The helpers below write those answers.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,19 +51,6 @@ def reefine(tmp_path: Path, upstream: ScriptedUpstream, monkeypatch: pytest.Monk
     yield make
     for reef in started:
         reef.stop()
-
-
-@pytest.fixture
-def outside_tmp() -> Iterator[Path]:
-    """A fresh folder outside ``/tmp`` (which any sandbox replaces with its own): ``/var/tmp``'s,
-    else the project's ``.cache``; removed afterwards."""
-    parent = Path("/var/tmp")
-    if not (parent.is_dir() and os.access(parent, os.W_OK)):
-        parent = Path(__file__).resolve().parents[2] / ".cache"
-        parent.mkdir(exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="reef-test-", dir=parent))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def skill(name: str, text: str, op: str = "create") -> dict[str, Any]:
