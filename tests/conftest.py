@@ -102,6 +102,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
+def sandbox() -> None:
+    """The OS sandbox (``reef_core.sandbox``) runs here, or the test is skipped saying why; where
+    ``REEF_TEST_BWRAP=required`` (a host that must isolate), it fails instead."""
+    from reef_core.sandbox import bwrap_problem
+
+    problem = bwrap_problem()
+    if problem is None:
+        return
+    if os.environ.get("REEF_TEST_BWRAP") == "required":
+        pytest.fail(f"this host must isolate, and cannot: {problem}", pytrace=False)
+    pytest.skip(f"this host cannot isolate: {problem}")
+
+
+@pytest.fixture
 def outside_tmp() -> Iterator[Path]:
     """A fresh folder outside ``/tmp`` (which any sandbox replaces with its own): ``/var/tmp``'s,
     else the project's ``.cache``; removed afterwards."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reef_core.sandbox import Confinement, bwrap_problem
+from reef_core.sandbox import Confinement
 from tests.fakes.upstream import ScriptedUpstream, Text
 
 PYTHON = getattr(sys, "_base_executable", sys.executable)
@@ -63,13 +63,6 @@ print(json.dumps(found))
 
 
 @pytest.fixture
-def bwrap() -> None:
-    problem = bwrap_problem()
-    if problem is not None:
-        pytest.fail(f"this test needs the sandbox: {problem}", pytrace=False)
-
-
-@pytest.fixture
 def listening(outside_tmp: Path) -> Iterator[tuple[Path, str]]:
     """A unix socket listening by path (outside /tmp) and one by abstract name."""
     path, abstract = outside_tmp / "agent.sock", f"\0reef-test-{uuid.uuid4().hex}"
@@ -82,7 +75,7 @@ def listening(outside_tmp: Path) -> Iterator[tuple[Path, str]]:
 
 
 def test_inside_the_sandbox_only_the_bridge_and_the_given_folders_are_there(
-    bwrap, listening, outside_tmp: Path, tmp_path: Path, monkeypatch
+    sandbox, listening, outside_tmp: Path, tmp_path: Path, monkeypatch
 ):
     socket_path, abstract = listening
     secret = outside_tmp / "id_ed25519"

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reef_core.sandbox import bwrap_problem
 from tests.fakes.upstream import ScriptedUpstream, Text, ToolCall
 from tests.reefine.conftest import APPROVE, HEALTHY, evolve
 
@@ -86,11 +85,8 @@ def tool_result(upstream: ScriptedUpstream, call_id: str) -> str:
 
 
 def test_the_agent_proposer_reads_no_key_no_state_no_socket_and_holds_no_token(
-    reefine, upstream: ScriptedUpstream, outside_tmp: Path, agent_socket: Listener, monkeypatch
+    reefine, upstream: ScriptedUpstream, outside_tmp: Path, agent_socket: Listener, monkeypatch, sandbox
 ):
-    problem = bwrap_problem()
-    if problem is not None:
-        pytest.fail(f"this test needs the sandbox: {problem}", pytrace=False)
     home = outside_tmp / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519").write_text(SECRET)

@@ -22,7 +22,6 @@ import httpx
 import pytest
 
 from reef_core.harness import health_check_for
-from reef_core.sandbox import bwrap_problem
 from tests.fakes.upstream import ScriptedUpstream, Text
 from tests.reefine.claude import require_claude
 from tests.reefine.conftest import APPROVE, DELIVERS, HEALTHY, evolve, proposal, rule
@@ -41,13 +40,6 @@ def leaks(tmp_path: Path, outside_tmp: Path) -> list[Path]:
     host = tmp_path / "host"
     host.mkdir()
     return [host / "leak.txt", outside_tmp / "leak.txt"]
-
-
-@pytest.fixture
-def sandbox() -> None:
-    problem = bwrap_problem()
-    if problem is not None:
-        pytest.fail(f"these tests need the sandbox: {problem}", pytrace=False)
 
 
 def pi_extension(leaks: list[Path], state_dir: Path) -> dict[str, Any]:
