@@ -108,7 +108,7 @@ def test_a_tree_claude_code_cannot_take_is_rejected_naming_the_adapter(reefine, 
     assert len(upstream.requests) == 2  # no harness started, no reviewer asked
 
 
-def test_settings_claude_code_will_not_load_fail_its_health_after_pi_passes(reefine, upstream):
+def test_settings_claude_code_will_not_load_fail_its_health_after_pi_passes(reefine, upstream, sandbox):
     reef = reefine()
     install(reef)
     upstream.script(
