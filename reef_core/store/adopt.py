@@ -313,14 +313,19 @@ def _supersede(
         base = repo.merge_base(mine, theirs)
         known = None if base is None else str(base)
         admitted = _admitted(scenario, remote, report, admit, known, theirs)
-        if admitted is None:
+        if admitted is None and known is None:
+            # no release in common, and the remote's first one may not be served: this node keeps
+            # its own chain, and the push reports the divergence until a person decides
             return
-        theirs = admitted
+        # not even the remote's first release past the fork may be served: this node's own
+        # releases past it still give way (never two releases under one number), and it serves
+        # the fork's release until the held one is approved
+        theirs = admitted or str(known)
         chain = scenario.releases
         ours = [chain.release_at(commit) for commit in reversed(new_commits(repo, mine, known))]
         new = new_commits(repo, theirs, known)
         tip = chain.release_at(theirs)
-        if _checkpoint_missing(scenario, remote, report, new, timeout, tip=tip.name, diverged=True):
+        if new and _checkpoint_missing(scenario, remote, report, new, timeout, tip=tip.name, diverged=True):
             return
         # each superseded release is kept (its commit, and a pending candidate) *before* the
         # chain moves, and tags are fixed after: a process killed anywhere in between loses
@@ -348,9 +353,10 @@ def _supersede(
         _settle_held(scenario)
         report.adopted = tip.name
         names = ", ".join(release.name for release in ours)
+        serves = f"{remote.name}'s chain" if new else f"{tip.name}, where the two chains forked"
         report.warnings.append(
             f"{names} were published here while {remote.name} could not be reached, and {remote.name} "
-            f"moved to {tip.name} meanwhile: this node now serves {remote.name}'s chain; what {names} "
+            f"moved on meanwhile: this node now serves {serves}; what {names} "
             f"held waits for review as pending {', '.join(steps)} (reef review, reef promote)"
         )
 

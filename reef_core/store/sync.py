@@ -46,6 +46,7 @@ from reef_core.store.adopt import (
     _adopt_release,
     _adopt_tags,
     _fetch,
+    _settle_held,
     _supersede,
 )
 from reef_core.store.push import (
@@ -108,6 +109,7 @@ def sync(
     _supersede(scenario, config, report, timeout, admit)
     with scenario.publish_lock:  # tags a sync that died left missing here, the remote's first
         _adopt_tags(scenario, config)
+        _settle_held(scenario)  # and held releases adopted by a sync that died before clearing them
     _push_lfs(scenario, config, report, state, timeout)
     outcomes = [
         _push_refs(scenario, config, report, timeout, progress),

@@ -11,7 +11,9 @@ order against the real store, real git and the real remote:
   learning worker publishes (a lost lease is retried once on the new tip, as its rebase does);
 * ``rollback N back=K``: ``ReleaseChain.rollback`` to K releases before the tip (retried on a
   new tip, as ``POST /rollback`` does);
-* ``sync N``: :func:`reef_core.store.sync.sync`;
+* ``sync N``: :func:`reef_core.store.sync.sync`, vetting what it adopts with the daemon's own
+  ``reef_core.release.adoption.admit`` (as do the publisher's lease-lost adoptions; the trees
+  are harness rules, so every release is admitted, through the vetting's every step);
 * ``away`` / ``back``: the bare repository renamed away and back (every git call fails, then
   works again);
 * ``restart N``: node N's scenario closed and opened again (its crash recovery runs);
@@ -79,6 +81,7 @@ from typing import Any
 import pygit2
 
 from reef_core.errors import ConflictError
+from reef_core.release.adoption import admit
 from reef_core.store import RELEASE_REF, Scenario, Store, StoreOptions, build_tree, parse_trailers
 from reef_core.store import adopt as adopt_module
 from reef_core.store import push as push_module
@@ -201,7 +204,7 @@ def learn(scenario: Scenario, text: str) -> str:
     for _ in range(2):
         with scenario.publish_lock:
             tip = chain.tip()
-            tree = build_tree(scenario.handle.repo, {"AGENTS.md": text.encode()})
+            tree = build_tree(scenario.handle.repo, {"rules/agents.md": text.encode()})
             try:
                 release = chain.publish(
                     tree,
@@ -241,7 +244,9 @@ def rollback(scenario: Scenario, back: int) -> str:
 def open_node(state: Path, node: str) -> Scenario:
     """Node ``node``'s scenario, opened for writing and publishing through the remote."""
     scenario = Store(state, _OPTIONS).open(SCENARIO, create=True, node=node)
-    scenario.releases.publisher = sync_module.RemotePublisher(scenario, REMOTE, timeout=_GIT_TIMEOUT_S)
+    scenario.releases.publisher = sync_module.RemotePublisher(
+        scenario, REMOTE, timeout=_GIT_TIMEOUT_S, admit=admit
+    )
     return scenario
 
 
@@ -291,6 +296,9 @@ class _Steps:
             "_adopt_tags",
             "_supersede",
             "_pending_for",
+            "_admitted",
+            "_hold",
+            "_settle_held",
             "_push_lfs",
             "_push_refs",
             "_push_chain",
@@ -335,7 +343,7 @@ def child_op(
         steps = _Steps(conn, at, step)
         steps.install()
         if op == "sync":
-            result = f"sync {sync_module.sync(scenario, REMOTE, timeout=_GIT_TIMEOUT_S).outcome}"
+            result = f"sync {sync_module.sync(scenario, REMOTE, timeout=_GIT_TIMEOUT_S, admit=admit).outcome}"
         elif op == "learn":
             result = learn(scenario, text)
         else:
@@ -627,7 +635,7 @@ class Model:
                 return rollback(scenario, event.at), []
             if kind == "sync":
                 assert scenario is not None
-                report = sync_module.sync(scenario, REMOTE, timeout=_GIT_TIMEOUT_S)
+                report = sync_module.sync(scenario, REMOTE, timeout=_GIT_TIMEOUT_S, admit=admit)
                 return f"sync {report.outcome}" + (f" adopted {report.adopted}" if report.adopted else ""), []
             if kind == "away":
                 if self.remote.exists():
@@ -714,7 +722,7 @@ class Model:
             return "remote away: not checked", []
         outcomes = []
         for node in CHECK_ORDER:
-            report = sync_module.sync(self.nodes[node], REMOTE, timeout=_GIT_TIMEOUT_S)
+            report = sync_module.sync(self.nodes[node], REMOTE, timeout=_GIT_TIMEOUT_S, admit=admit)
             outcomes.append(f"{node} {report.outcome}")
         paths = self.paths()
         views = {where: read_view(path) for where, path in paths.items()}
