@@ -449,7 +449,7 @@ class LoopbackBridge:
             _answer(client, *problem)
             return
         headers += [
-            f"host: {self.host}:{self.port}",
+            f"host: [{self.host}]:{self.port}" if ":" in self.host else f"host: {self.host}:{self.port}",
             f"x-reef-scenario: {self.scenario}",
             "x-reef-capture: false",
             "connection: close",
