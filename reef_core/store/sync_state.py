@@ -109,6 +109,7 @@ def remote_status(scenario: ScenarioReader, remote: Remote) -> dict[str, Any]:
     return {
         "name": remote.name,
         "url": remote.shown_url,
+        "trusted": remote.trusted,
         "last_fetch": state.get("last_fetch"),
         "last_push": state.get("last_push"),
         "lfs": {"none": "unknown", "failed": "unknown"}.get(lfs, lfs),

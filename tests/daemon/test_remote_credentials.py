@@ -174,6 +174,7 @@ def test_create_makes_a_repository_only_under_the_state_dir(node, tmp_path):
         "mine",
         str(mine),
         "--create",
+        "--trusted",
         "--state-dir",
         str(node.state_dir),
         "--url",
@@ -181,3 +182,4 @@ def test_create_makes_a_repository_only_under_the_state_dir(node, tmp_path):
     )
     assert cli.exit_code == 0, cli.output
     assert (mine / "HEAD").exists()
+    assert {r["name"]: r["trusted"] for r in _remotes(node)} == {"origin": False, "mine": True}
