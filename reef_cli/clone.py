@@ -68,5 +68,5 @@ def clone(
         f"{made.records} records"
     )
     out.output.done(made.as_dict(), line, as_json=as_json)
-    for warning in made.report.warnings:
+    for warning in [] if as_json else made.report.warnings:  # --json: in the document's sync
         out.output.console.print(f"  warning: {warning}", highlight=False, markup=False)

@@ -334,6 +334,11 @@ class RemotePublisher:
         if report.adopted and self.on_adopt is not None:
             self.on_adopt(report.adopted)
         now = report.adopted or "a chain this node cannot follow yet"
+        held = (
+            f"; {', '.join(report.held)} from {name} waits here for a person's approval"
+            if report.held
+            else ""
+        )
         raise ConflictError(
-            f"the release chain moved on {name} (now {now}); {release.name} was not published"
+            f"the release chain moved on {name} (now {now}){held}; {release.name} was not published"
         )

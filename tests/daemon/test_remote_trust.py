@@ -10,6 +10,7 @@ fails the screens or is not a well-formed harness tree is never served.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -17,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reef_core.store import Store
 from reef_core.store.repo import init_bare
-from tests.cli.support import publish
+from tests.cli.support import publish, reef
 from tests.conftest import git
 
 S = "s"
@@ -214,3 +216,23 @@ def test_the_harness_route_refuses_a_tree_it_cannot_validate(node):
     refused = httpx.get(f"{node.url}/reef/harness", headers=H, timeout=10)
     assert refused.status_code == 409 and "notes/todo.txt" in refused.text and "not served" in refused.text
     assert "files" not in refused.json()
+
+
+def test_a_new_node_cloning_a_remote_with_unapproved_code_serves_the_release_before_it(tmp_path):
+    other = OtherNode(tmp_path, tmp_path / "remote.git")
+    other.publish(RULE, "creation")
+    forged = other.publish(WITH_CODE)
+    state = tmp_path / "joining"
+    cloned = reef("clone", str(other.remote), S, "--state-dir", str(state), "--json")
+    assert cloned.exit_code == 0, cloned.output
+    made = json.loads(cloned.output)
+    assert made["release"] == "v1" and made["sync"]["held"] == ["v2 as c1"]
+    assert Store(state).reader(S).releases.pending() == [1]
+    listed = reef("releases", S, "--state-dir", str(state), "--json")
+    assert listed.exit_code == 0, listed.output
+    (step,) = json.loads(listed.output)["steps"]
+    assert step["pending"] and step["executable"] == ["extensions/greeter.ts (new)"]
+    trusting = reef("clone", str(other.remote), "t", "--trusted", "--state-dir", str(state), "--json")
+    assert trusting.exit_code == 0, trusting.output
+    assert json.loads(trusting.output)["release"] == "v2"
+    assert Store(state).reader("t").releases.tip().commit == forged
