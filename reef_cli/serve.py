@@ -15,7 +15,7 @@ from reef_cli import output as out
 from reef_core import __version__, daemon, memory
 from reef_core.config import load_settings
 from reef_core.daemon import logs
-from reef_core.daemon.app import check_listening
+from reef_core.daemon.app import check_listening, keep_private
 from reef_core.errors import ReefError
 
 __all__ = ["serve"]
@@ -67,7 +67,7 @@ def serve(
         return
     check_listening(settings)  # before anything is created: a refusal changes nothing
     logs.configure(settings.ops.log_format)
-    settings.storage.state_dir.mkdir(parents=True, exist_ok=True)
+    keep_private(settings.storage.state_dir)  # 0700, and one open to others closed (logged)
 
     def ready(url: str) -> None:
         upstream = settings.inference.upstream_url or "none configured"

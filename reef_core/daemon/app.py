@@ -50,6 +50,7 @@ __all__ = [
     "announce",
     "build_app",
     "check_listening",
+    "keep_private",
     "open_without_token",
     "serve",
     "warn_while_open",
