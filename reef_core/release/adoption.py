@@ -43,7 +43,11 @@ def harness_folders() -> tuple[str, ...]:
 
 
 def tree_problems(files: Mapping[str, bytes]) -> list[str]:
-    """Why ``files`` is not a harness tree fit to serve, one line each (empty: it is one)."""
+    """Why ``files`` is not a harness tree fit to serve, one line each (empty: it is one).  A
+    tree with no harness folder is another recipe's artifact (weights), which no harness
+    writes out: nothing here to validate (:func:`admit` screens one from a remote)."""
+    if not _is_harness(files):
+        return []
     try:
         tree = HarnessTree.from_files(files)
     except TreeError as exc:
