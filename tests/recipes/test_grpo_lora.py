@@ -132,7 +132,10 @@ def test_a_step_in_micro_batches_makes_the_update_of_the_whole_batch(engine: Tra
     for micro in (1, 3, 5):
         state, stats = step(micro)
         assert max(float((state[k] - whole[k]).abs().max()) for k in whole) < moved * 1e-4
-        assert stats.loss == pytest.approx(whole_stats.loss, rel=1e-5, abs=1e-7)
+        # the loss is a sum of per-answer terms that nearly cancel (a group's advantages sum to
+        # zero), about 1e-4 here: float32 sums taken in another order differ by ~1e-7 of it
+        # absolutely (1.04e-7 with transformers 5.25), which is no difference in the update
+        assert stats.loss == pytest.approx(whole_stats.loss, rel=1e-5, abs=1e-6)
         assert stats.kl == pytest.approx(whole_stats.kl, rel=1e-5, abs=1e-9)
         assert stats.clipped == pytest.approx(whole_stats.clipped, abs=1e-9)
         assert stats.samples == 12
