@@ -8,7 +8,8 @@
 | ``jsonio``   | JSON on the proxy's path: orjson's speed with the json module's answers |
 | ``hosts``    | which addresses are this machine's (loopback) |
 | ``procs``    | child processes: a short probe, or a bounded run in its own process group |
-| ``sandbox``  | the OS sandbox for unapproved code (bubblewrap), and its bridge to the daemon |
+| ``sandbox``  | the OS sandbox for unapproved code (bubblewrap), and the forwarder inside it |
+| ``bridge``   | the sandbox's one way out: a bridge to the daemon's inference routes |
 | ``memory``   | the process's peak resident memory over a span, and freed memory handed back |
 | ``sessions`` | records grouped into a harness's sessions, and whose words each message holds |
 | ``client``   | the typed HTTP client of a running daemon, and the one reading of an ask's outcome |
