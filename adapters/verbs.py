@@ -278,25 +278,21 @@ def install(ctx: Context, release: str | None, *, stdout: Any, stderr: Any) -> s
     )
     # fetching the script noted nothing (no GET changes state): the install counts from here
     if run.returncode == 0:
-        problem = _note_install(ctx, headers)
+        problem = _note_install(ctx)
         if problem:  # the harness's first recorded request notes it anyway
             said = f"reef: the install could not be noted at {ctx.url} ({problem})"
             print(said, file=stderr if hasattr(stderr, "write") else sys.stderr)
     return run
 
 
-def _note_install(ctx: Context, headers: dict[str, str]) -> str:
+def _note_install(ctx: Context) -> str:
     """``POST /reef/harness/installed`` for this harness; what went wrong, or ``""``."""
     try:
-        noted = httpx.post(
-            f"{ctx.url}/reef/harness/installed",
-            json={"adapter": ctx.harness.adapter},
-            headers=headers,
-            timeout=60,
-        )
-    except httpx.HTTPError as exc:
-        return str(exc)
-    return "" if noted.is_success else _error_message(noted)
+        with ctx.client(timeout=60) as client:
+            client.installed(ctx.scenario, ctx.harness.adapter)
+    except ReefError as exc:
+        return exc.message
+    return ""
 
 
 def _error_message(response: Any) -> str:

@@ -22,6 +22,7 @@ def test_install_prints_the_script_or_runs_it(reefine, machine: Machine):
     printed = CliRunner().invoke(app, ["install", SCENARIO, "--adapter", "pi", "--print", "--url", reef.url])
     assert printed.exit_code == 0, printed.output
     assert printed.output.startswith("#!/bin/sh") and "reef-pi" in printed.output
+    assert not Path(reef.repo(SCENARIO)).exists()  # fetching the script changes nothing
 
     ran = subprocess.run(
         [REEF, "install", SCENARIO, "--adapter", "pi", "--url", reef.url],
@@ -35,6 +36,16 @@ def test_install_prints_the_script_or_runs_it(reefine, machine: Machine):
     assert machine.launcher.exists()
     assert (machine.agent / "models.json").exists()
     assert machine.sidecar()["scenario"] == SCENARIO
+    assert reef.reader(SCENARIO).installed_adapters() == {"pi"}  # noted once the script ran
+
+
+def test_the_launchers_update_notes_the_install_that_a_fetched_script_does_not(reefine, machine: Machine):
+    reef = reefine()
+    machine.install(reef)  # curl … | sh: the GET noted nothing, and no request was made yet
+    assert not Path(reef.repo(SCENARIO)).exists()
+    updated = machine.reef_pi("update")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert reef.reader(SCENARIO).installed_adapters() == {"pi"}
 
 
 def test_install_names_a_bad_adapter_or_release(reefine):
