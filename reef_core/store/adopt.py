@@ -22,8 +22,8 @@ says where it came from (``{"adopted": {"remote", "release", "commit"}}``: :func
 per commit), and one refused is only reported.  A person's ``reef promote`` of that candidate
 moves the chain to the very commit (``ReleaseChain.promote``), so every ``vN`` stays one
 release everywhere; a later sync that finds it admitted (signed, or the remote now trusted)
-adopts it and clears its pending mark (:func:`_settle_held`).  Without an :data:`Admit` every
-release is taken as it is (the store's own tests and the fault model).
+adopts it and clears its pending mark (:func:`_settle_held`).  With ``None`` for it every
+release is taken as it is (the store's own tests); every caller passes one, so none can forget.
 
 The steps keep their leading underscore: they are the sync's own, called by ``sync.py`` and
 ``push.py`` alone, and under these names the fault model (``tests/store/chain_model.py``)
@@ -209,7 +209,7 @@ def _settle_held(scenario: Scenario) -> None:
 
 
 def _adopt_release(
-    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, admit: Admit | None = None
+    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, admit: Admit | None
 ) -> None:
     """The remote's release chain, when ours is an ancestor of it and its checkpoint fetched, as
     far as ``admit`` lets it (see the module's docstring)."""
@@ -287,7 +287,7 @@ def _checkpoint_missing(
 
 
 def _supersede(
-    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, admit: Admit | None = None
+    scenario: Scenario, remote: Remote, report: SyncReport, timeout: float, admit: Admit | None
 ) -> None:
     """Releases published here while the remote could not be reached, on a chain the remote
     moved past meanwhile (another node published): the remote's chain wins, so that every

@@ -58,7 +58,7 @@ def clone(
     remote: str = "origin",
     node: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
-    admit: Admit | None = None,
+    admit: Admit | None,
     trusted: bool = False,
 ) -> Cloned:
     """Make scenario ``name`` on this node from the git remote at ``url`` (see the module's

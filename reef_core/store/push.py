@@ -310,7 +310,7 @@ class RemotePublisher:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         on_adopt: Callable[[str], None] | None = None,
-        admit: Admit | None = None,
+        admit: Admit | None,
     ) -> None:
         self.scenario = scenario
         self.remote = get_remote(scenario.path, remote)

@@ -81,12 +81,13 @@ def sync(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
-    admit: Admit | None = None,
+    admit: Admit | None,
 ) -> SyncReport:
     """Fetch from, adopt from and push to ``remote`` (see the module's docstring); the report
     says what happened, and is kept in ``reef-sync/<remote>.json``.  Never raises for what the
     remote did (the report's ``outcome`` and ``error`` say).  ``admit`` vets each release the
-    remote's chain brings before this node serves it (``adopt.py``)."""
+    remote's chain brings before this node serves it (``adopt.py``); required, so that no caller
+    forgets it: ``None`` (take every release as it is) is for the store's own tests."""
     config = get_remote(scenario.path, remote)
     report = SyncReport(scenario=scenario.name, remote=config.name, url=config.shown_url)
     state = read_state(scenario.path, config.name)

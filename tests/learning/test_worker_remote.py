@@ -63,10 +63,10 @@ def test_a_step_that_loses_the_remote_lease_is_rebuilt_on_the_winners_release(tm
         for node in (a, b):
             add_remote(node.path, "origin", str(remote))
         _publish(a, {"AGENTS.md": b"v1\n"})
-        assert sync(a, "origin").outcome == "ok"
-        assert sync(b, "origin").adopted == "v1"
-        a.releases.publisher = RemotePublisher(a, "origin")
-        b.releases.publisher = RemotePublisher(b, "origin")
+        assert sync(a, "origin", admit=None).outcome == "ok"
+        assert sync(b, "origin", admit=None).adopted == "v1"
+        a.releases.publisher = RemotePublisher(a, "origin", admit=None)
+        b.releases.publisher = RemotePublisher(b, "origin", admit=None)
 
         def race() -> None:
             _publish(b, {"AGENTS.md": b"v1\n", "rules/b.md": b"from b\n"})

@@ -71,7 +71,7 @@ def test_sync_to_a_file_remote_then_a_clone_gives_back_every_record_and_checkpoi
         scenario.releases.mark_pending(candidate.step)
         add_remote(scenario.path, "origin", str(remote))
 
-        report = sync(scenario, "origin")
+        report = sync(scenario, "origin", admit=None)
         assert (report.outcome, report.lfs, report.error, report.warnings) == ("ok", "ok", None, [])
         local = _refs(scenario.path)
         assert _refs(remote) == local
@@ -82,7 +82,7 @@ def test_sync_to_a_file_remote_then_a_clone_gives_back_every_record_and_checkpoi
         assert (status["unpushed_releases"], status["unpushed_records"], status["lfs"]) == (0, 0, "ok")
         assert status["last_push"]["outcome"] == "ok"
 
-        again = sync(scenario, "origin")
+        again = sync(scenario, "origin", admit=None)
         assert (again.outcome, again.pushed) == ("ok", {})
         records = {i: scenario.data.get(i) for i in ids}
         paths = {i: parse_item_id(i).path for i in ids}
@@ -117,7 +117,7 @@ def test_an_http_remote_takes_the_refs_and_says_checkpoints_were_not_pushed(tmp_
         scenario.append_sync("record", {"n": 1})
         oid = _checkpoint_release(scenario, b"weights" * 100)
         add_remote(scenario.path, "origin", server.url("s.git", user="alice"))
-        report = sync(scenario, "origin")
+        report = sync(scenario, "origin", admit=None)
         assert (report.outcome, report.lfs) == ("ok", "unsupported")
         assert report.warnings == [
             f"checkpoints NOT pushed: origin has no git-lfs API (http://alice@127.0.0.1:{server.port}/s.git "
@@ -132,7 +132,7 @@ def test_an_http_remote_takes_the_refs_and_says_checkpoints_were_not_pushed(tmp_
         # another node cannot adopt that release: its checkpoint is nowhere to fetch
         with _open(tmp_path, "b", node="b") as other:
             add_remote(other.path, "origin", server.url("s.git"))
-            seen = sync(other, "origin")
+            seen = sync(other, "origin", admit=None)
             assert seen.adopted is None and other.releases.tip() is None
             assert any("v1 on origin lacks its checkpoint" in w for w in seen.warnings)
             assert seen.adopted_data == ["refs/heads/data"]
@@ -146,11 +146,11 @@ def test_remote_down_is_unreachable_and_nothing_is_lost(tmp_path: Path):
         with _open(tmp_path, "a") as scenario:
             add_remote(scenario.path, "origin", server.url("s.git", user="alice"))
             first = scenario.append_sync("record", {"n": 1})
-            assert sync(scenario, "origin").outcome == "ok"
+            assert sync(scenario, "origin", admit=None).outcome == "ok"
             server.stop()
             second = scenario.append_sync("record", {"n": 2})
             _harness_release(scenario, b"v1\n")
-            down = sync(scenario, "origin")
+            down = sync(scenario, "origin", admit=None)
             assert down.outcome == "unreachable"
             assert down.error is not None
             assert down.error.startswith(f"origin (http://alice@127.0.0.1:{server.port}/s.git): unreachable")
@@ -160,7 +160,7 @@ def test_remote_down_is_unreachable_and_nothing_is_lost(tmp_path: Path):
             assert status["last_fetch"]["outcome"] == "unreachable"
 
             server.start()
-            back = sync(scenario, "origin")
+            back = sync(scenario, "origin", admit=None)
             assert back.outcome == "ok"
             assert read_ref(root / "s.git", "refs/heads/data") == read_ref(scenario.path, "refs/heads/data")
             assert read_ref(root / "s.git", RELEASE_REF) == read_ref(scenario.path, RELEASE_REF)
@@ -175,19 +175,19 @@ def test_nodes_adopt_each_others_data_and_releases_never_their_own(tmp_path: Pat
         for node in (a, b):
             add_remote(node.path, "origin", str(remote))
         b_old = b.append_sync("record", {"by": "b", "n": 0})
-        assert sync(b, "origin").outcome == "ok"
+        assert sync(b, "origin", admit=None).outcome == "ok"
         b_new = b.append_sync("record", {"by": "b", "n": 1})  # not pushed yet: the remote is older
         by_a = a.append_sync("record", {"by": "a"})
         _harness_release(a, b"from a\n")
         candidate = a.releases.create_candidate(
             build_tree(a.handle.repo, {"AGENTS.md": b"x\n"}), base=None, verdict="selected"
         )
-        assert sync(a, "origin").outcome == "ok"
+        assert sync(a, "origin", admit=None).outcome == "ok"
         assert read_ref(remote, f"refs/reef/nodes/a/candidates/{candidate.step}") == candidate.commit
         assert read_ref(remote, "refs/reef/candidates/1") is None
 
         own_before = read_ref(b.path, "refs/reef/data/b")
-        report = sync(b, "origin")
+        report = sync(b, "origin", admit=None)
         assert report.outcome == "ok" and report.adopted == "v1"
         assert report.adopted_data == ["refs/reef/data/a"]
         assert read_ref(b.path, "refs/reef/data/b") == own_before  # the fetch never rewound it
@@ -205,8 +205,8 @@ def test_two_writers_of_refs_heads_data_are_a_conflict(tmp_path: Path):
         for node in (a, b):
             add_remote(node.path, "origin", str(remote))
             node.append_sync("record", {"n": 1})
-        assert sync(a, "origin").outcome == "ok"
-        report = sync(b, "origin")
+        assert sync(a, "origin", admit=None).outcome == "ok"
+        report = sync(b, "origin", admit=None)
         assert report.outcome == "conflict"
         assert "two daemons write refs/heads/data; give each its own storage.node" in report.warnings[0]
 
@@ -218,8 +218,8 @@ def test_two_repositories_racing_push_release_exactly_one_wins(tmp_path: Path):
         for node in (a, b):
             add_remote(node.path, "origin", str(remote))
         _harness_release(a, b"v1\n")
-        assert sync(a, "origin").outcome == "ok"
-        assert sync(b, "origin").adopted == "v1"
+        assert sync(a, "origin", admit=None).outcome == "ok"
+        assert sync(b, "origin", admit=None).adopted == "v1"
         for node, text in ((a, b"a\n"), (b, b"b\n")):
             _harness_release(node, text)  # each made its own v2 on v1
         results: dict[str, str] = {}
@@ -245,7 +245,7 @@ def test_two_repositories_racing_push_release_exactly_one_wins(tmp_path: Path):
         assert lost is not None
         # diverged: the loser's v2 was never pushed, so the remote's chain wins there too, and
         # the loser's v2 is kept, as a commit and as a pending candidate on the winner's v2
-        report = sync(loser, "origin")
+        report = sync(loser, "origin", admit=None)
         assert (report.outcome, report.adopted) == ("ok", "v2")
         assert "waits for review as pending c1" in report.warnings[0]
         assert read_ref(loser.path, RELEASE_REF) == read_ref(remote, RELEASE_REF)
@@ -272,10 +272,10 @@ def test_publishing_pushes_first_and_the_loser_adopts_the_winners_release(tmp_pa
         for scenario in (a, b):
             add_remote(scenario.path, "origin", str(remote))
         _publish(a, b"v1\n")
-        assert sync(a, "origin").outcome == "ok" and sync(b, "origin").adopted == "v1"
+        assert sync(a, "origin", admit=None).outcome == "ok" and sync(b, "origin", admit=None).adopted == "v1"
         adopted: list[str] = []
-        a.releases.publisher = RemotePublisher(a, "origin")
-        b.releases.publisher = RemotePublisher(b, "origin", on_adopt=adopted.append)
+        a.releases.publisher = RemotePublisher(a, "origin", admit=None)
+        b.releases.publisher = RemotePublisher(b, "origin", on_adopt=adopted.append, admit=None)
         assert _publish(a, b"a's change\n").name == "v2"
         assert (
             git("--git-dir", str(remote), "rev-parse", "v2^{commit}").stdout.strip()
@@ -304,7 +304,7 @@ def test_publishing_while_the_remote_is_down_is_local_and_pushed_by_the_next_syn
     try:
         with _open(tmp_path, "a") as scenario:
             add_remote(scenario.path, "origin", server.url("s.git"))
-            scenario.releases.publisher = RemotePublisher(scenario, "origin", timeout=30)
+            scenario.releases.publisher = RemotePublisher(scenario, "origin", timeout=30, admit=None)
             assert _publish(scenario, b"one\n").name == "v1"  # pushed
             server.stop()
             assert _publish(scenario, b"two\n").name == "v2"  # the remote is down: local
@@ -312,7 +312,7 @@ def test_publishing_while_the_remote_is_down_is_local_and_pushed_by_the_next_syn
             status = remote_status(scenario, get_remote(scenario.path, "origin"))
             assert status["unpushed_releases"] == 1
             server.start()
-            assert sync(scenario, "origin").outcome == "ok"
+            assert sync(scenario, "origin", admit=None).outcome == "ok"
             tags = git("--git-dir", str(tmp_path / "srv" / "s.git"), "tag").stdout.split()
             assert tags == ["v1", "v2"]
     finally:
@@ -326,9 +326,9 @@ def test_a_release_made_while_the_remote_was_away_gives_way_to_the_one_published
     try:
         for scenario in (a, b):
             add_remote(scenario.path, "origin", str(remote))
-            scenario.releases.publisher = RemotePublisher(scenario, "origin")
+            scenario.releases.publisher = RemotePublisher(scenario, "origin", admit=None)
         _publish(a, b"v1\n")
-        assert sync(b, "origin").adopted == "v1"
+        assert sync(b, "origin", admit=None).adopted == "v1"
         remote.rename(tmp_path / "away.git")  # a cannot reach it
         offline = _publish(a, b"a, offline\n")
         assert a.releases.publisher.last.outcome == "unreachable" and offline.name == "v2"
@@ -339,7 +339,7 @@ def test_a_release_made_while_the_remote_was_away_gives_way_to_the_one_published
         assert a.releases.tip().commit == b.releases.tip().commit
         assert [a.releases.candidate(n).tree for n in a.releases.pending()] == [offline.tree]
         assert _publish(a, b"a, back\n").name == "v3"
-        assert sync(b, "origin").adopted == "v3"
+        assert sync(b, "origin", admit=None).adopted == "v3"
         tags = git(
             "--git-dir", str(remote), "for-each-ref", "--format=%(refname:short) %(*objectname)", "refs/tags"
         )
@@ -369,7 +369,7 @@ def test_a_release_made_while_the_remote_was_away_reaches_it_with_its_tag(tmp_pa
     init_bare(remote)
     with _open(tmp_path, "a", node="a") as a:
         add_remote(a.path, "origin", str(remote))
-        a.releases.publisher = RemotePublisher(a, "origin")
+        a.releases.publisher = RemotePublisher(a, "origin", admit=None)
         _publish(a, b"one\n")
         remote.rename(tmp_path / "away.git")
         _publish(a, b"two\n")
@@ -380,7 +380,7 @@ def test_a_release_made_while_the_remote_was_away_reaches_it_with_its_tag(tmp_pa
         assert sorted(tags) == ["v1", "v2", "v3"] and [tags[f"v{n}"] for n in (1, 2, 3)] == _chain(remote)
         # a tag lost on the remote (or a publish that died between push and tag) is pushed by a sync
         git("--git-dir", str(remote), "tag", "-d", "v2")
-        assert sync(a, "origin").outcome == "ok"
+        assert sync(a, "origin", admit=None).outcome == "ok"
         assert sorted(_remote_tags(remote)) == ["v1", "v2", "v3"]
         assert read_ref(remote, "refs/tags/v2") == read_ref(a.path, "refs/tags/v2")
 
@@ -392,11 +392,11 @@ def test_a_tag_the_remote_holds_for_another_commit_is_a_conflict_never_forced(tm
         add_remote(a.path, "origin", str(remote))
         _publish(a, b"one\n")
         _publish(a, b"two\n")
-        assert sync(a, "origin").outcome == "ok"
+        assert sync(a, "origin", admit=None).outcome == "ok"
         v1 = _chain(remote)[0]
         git("--git-dir", str(remote), "tag", "-f", "v2", v1)  # someone moved v2 there by hand
         moved = read_ref(remote, "refs/tags/v2")
-        report = sync(a, "origin")
+        report = sync(a, "origin", admit=None)
         assert report.outcome == "conflict"
         assert "tag(s) v2 for other commits" in report.warnings[0]
         assert read_ref(remote, "refs/tags/v2") == moved  # never forced back
@@ -411,9 +411,9 @@ def test_a_node_that_fetched_a_rival_v2_never_pushes_its_v3_over_it(tmp_path: Pa
     try:
         for scenario in (a, b):
             add_remote(scenario.path, "origin", str(remote))
-            scenario.releases.publisher = RemotePublisher(scenario, "origin")
+            scenario.releases.publisher = RemotePublisher(scenario, "origin", admit=None)
         _publish(a, b"v1\n")
-        assert sync(b, "origin").adopted == "v1"
+        assert sync(b, "origin", admit=None).adopted == "v1"
         remote.rename(tmp_path / "away.git")
         offline = _publish(a, b"a's v2, offline\n")
         (tmp_path / "away.git").rename(remote)
