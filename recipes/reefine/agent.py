@@ -41,6 +41,7 @@ import json
 import shutil
 import sys
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,28 +264,26 @@ class AgentProposer:
     def _run(self, box: _Layout, prompt: str) -> ProcessRun:
         pi = _pi()
         pi_argv = [str(self.pi.path), "--offline", "-p", "--no-session", prompt]
-        if self.sandbox == "none":
-            self._write_agent_dir(box, self.daemon_url)
-            routing = pi.routing(self.daemon_url, self.scenario, self.token)
+        confined = Confinement(self.daemon_url, self.scenario, self.token) if self.sandbox != "none" else None
+        with confined or nullcontext() as jail:
+            # in the sandbox: the bridge's URL and credential, never the daemon's token (docstring)
+            url, key = (jail.inside_url, jail.credential) if jail else (self.daemon_url, self.token)
+            self._write_agent_dir(box, url)
+            routing = pi.routing(url, self.scenario, key)
             env = pi.environment(home=box.home, config=box.agent, env=routing, binary=self.pi)
-            return run_captured(
-                pi_argv, cwd=box.workspace, env=env, timeout=self.timeout, scratch=box.scratch
-            )
-        with Confinement(self.daemon_url, self.scenario, self.token) as jail:
-            self._write_agent_dir(box, jail.inside_url)
-            # the bridge's credential, never the daemon's token (module docstring)
-            routing = pi.routing(jail.inside_url, self.scenario, jail.credential)
-            env = pi.environment(home=box.home, config=box.agent, env=routing, binary=self.pi)
-            node = shutil.which("node", path=env.get("PATH", ""))
-            argv = jail.command(
-                pi_argv,
-                env=env,
-                writable=(box.workspace, box.home),
-                programs=[self.pi.path, sys.executable, *([node] if node else [])],
-                readonly=[*_PROJECT_PACKAGES, Path(sys.prefix)],  # try_harness's code and environment
-                chdir=box.workspace,
-            )
-            return run_captured(argv, cwd=box.workspace, env={}, timeout=self.timeout, scratch=box.scratch)
+            argv = pi_argv
+            if jail is not None:
+                node = shutil.which("node", path=env.get("PATH", ""))
+                argv = jail.command(
+                    pi_argv,
+                    env=env,
+                    writable=(box.workspace, box.home),
+                    programs=[self.pi.path, sys.executable, *([node] if node else [])],
+                    readonly=[*_PROJECT_PACKAGES, Path(sys.prefix)],  # try_harness's code and environment
+                    chdir=box.workspace,
+                )
+                env = {}  # the sandbox's environment is on bwrap's command line
+            return run_captured(argv, cwd=box.workspace, env=env, timeout=self.timeout, scratch=box.scratch)
 
     def _write_agent_dir(self, box: _Layout, reef_url: str) -> None:
         target = Target(
