@@ -101,16 +101,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
+def must_isolate() -> bool:
+    """Whether this host must run the OS sandbox, so a test that needs it fails rather than skips:
+    in CI (``CI`` set; setup.sh --dev installs bubblewrap), or with ``REEF_TEST_BWRAP=required``."""
+    return os.environ.get("REEF_TEST_BWRAP") == "required" or bool(os.environ.get("CI"))
+
+
 @pytest.fixture
 def sandbox() -> None:
     """The OS sandbox (``reef_core.sandbox``) runs here, or the test is skipped saying why; where
-    ``REEF_TEST_BWRAP=required`` (a host that must isolate), it fails instead."""
+    it must (:func:`must_isolate`) it fails instead, so a security test never passes by a skip."""
     from reef_core.sandbox import bwrap_problem
 
     problem = bwrap_problem()
     if problem is None:
         return
-    if os.environ.get("REEF_TEST_BWRAP") == "required":
+    if must_isolate():
         pytest.fail(f"this host must isolate, and cannot: {problem}", pytrace=False)
     pytest.skip(f"this host cannot isolate: {problem}")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import time
 import uuid
@@ -21,6 +20,7 @@ import pytest
 from recipes.reefine.agent import AgentProposer, agent_available
 from recipes.reefine.proposer import StepSkipped
 from reef_core.harness import Entry, HarnessTree, renderer_for
+from tests.conftest import must_isolate
 from tests.daemon.conftest import RunningReef
 from tests.fakes.upstream import Captured, Hang, ScriptedUpstream, Text, ToolCall
 from tests.reefine.conftest import APPROVE, HEALTHY, evolve
@@ -181,7 +181,7 @@ def test_in_bwrap_the_agent_edits_only_its_workspace_and_reaches_only_the_daemon
 ):
     ok, why = agent_available("bwrap", pi=require_pi())
     if not ok:
-        if shutil.which("bwrap") is None or os.environ.get("REEF_TEST_BWRAP") != "required":
+        if not must_isolate():
             # this host cannot isolate: the recipe falls back to the text proposer with this reason
             assert why.startswith(("bwrap is not installed", "bwrap cannot create namespaces here: "))
             return
@@ -226,13 +226,13 @@ def test_in_bwrap_the_agent_edits_only_its_workspace_and_reaches_only_the_daemon
 
 
 def require_bwrap() -> None:
-    """Fail when bwrap is installed but cannot isolate on a host that says it must (CI sets
-    ``REEF_TEST_BWRAP=required``); elsewhere a host that cannot isolate skips the bwrap tests that
-    need it, after the test above has asserted the reason the recipe falls back with."""
+    """Fail when bwrap cannot isolate on a host that must (:func:`tests.conftest.must_isolate`);
+    elsewhere a host that cannot isolate skips the bwrap tests that need it, after the test above
+    has asserted the reason the recipe falls back with."""
     ok, why = agent_available("bwrap", pi=require_pi())
     if ok:
         return
-    if os.environ.get("REEF_TEST_BWRAP") == "required":
+    if must_isolate():
         pytest.fail(f"bwrap cannot isolate the agent here: {why}", pytrace=False)
     pytest.skip(f"this host cannot isolate: {why}")
 
