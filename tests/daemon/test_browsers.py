@@ -16,10 +16,8 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anthropic
@@ -34,6 +32,7 @@ from reef_core.errors import ConfigError
 from reef_core.store import Store
 from tests.conftest import git
 from tests.daemon.conftest import RunningReef
+from tests.fakes.fixed import FixedServer
 
 S = "victim"
 TOKEN = "t0ken-of-the-operator"
@@ -64,32 +63,6 @@ def _headless(tmp_path: Path, url: str, *flags: str) -> str:
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout
-
-
-class _PageServer:
-    """Another origin on loopback (``http://localhost:<its port>``) serving one page."""
-
-    def __init__(self, html: str) -> None:
-        body = html.encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://localhost:{self.server.server_address[1]}/attack.html"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _attack_page(reef_url: str, bare: Path) -> str:
@@ -163,11 +136,11 @@ def test_a_page_on_another_origin_changes_nothing(make_reef, tmp_path, bare, tok
     _scenario_with_a_record(reef, token)
     before = _data_commits(reef, S)
     assert before > 0
-    page = _PageServer(_attack_page(reef.url, bare))
-    try:
-        dom = _headless(tmp_path, page.url)
-    finally:
-        page.close()
+    # another origin: localhost on a port of its own
+    with FixedServer(
+        _attack_page(reef.url, bare).encode(), {"Content-Type": "text/html; charset=utf-8"}
+    ) as page:
+        dom = _headless(tmp_path, f"http://localhost:{page.port}/attack.html")
     assert "SETTLED" in dom, dom[-2000:]  # the page's script ran, and every request settled
 
     store = Store(reef.state_dir)

@@ -14,7 +14,6 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ import pytest
 
 from tests.cli.support import chat
 from tests.daemon.test_process import start
+from tests.fakes.fixed import FixedServer
 from tests.fakes.upstream import ScriptedUpstream, Text
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -118,27 +118,9 @@ def gzip_bomb() -> Iterator[str]:
     body = gzip.compress(b'{"id": "x", "choices": [], "pad": "' + b" " * 64_000_000 + b'"}', 9)
     assert len(body) < 200_000
 
-    class Bomb(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Bomb)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    with FixedServer(body, headers) as bomb:
+        yield f"http://127.0.0.1:{bomb.port}"
 
 
 def test_a_compressed_answer_is_capped_once_decoded(tmp_path: Path, gzip_bomb: str):
