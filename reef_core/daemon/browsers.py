@@ -28,6 +28,7 @@ The third guard, JSON routes taking only JSON content types (a page's no-cors PO
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlsplit
@@ -114,7 +115,11 @@ def browser_middleware(
     any_host, hosts = _allowed_hosts(allowed_hosts, listen_host)
     origins = _allowed_origins(allowed_origins)
 
-    def host_allowed(name: str, port: int | None) -> bool:
+    # a client sends the same Host on every request: the answer is kept per header value (3 us
+    # of parsing an address, on every request of the proxy's path, becomes a dict look-up)
+    @functools.lru_cache(maxsize=256)
+    def host_allowed(header: str) -> bool:
+        name, port = _split_host(header)
         if any_host or is_loopback(name) or _is_address(name.strip("[]")):
             return True
         return (name, None) in hosts or (name, port) in hosts
@@ -122,7 +127,7 @@ def browser_middleware(
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         host = request.headers.get("Host")
-        if host is not None and not host_allowed(*_split_host(host)):
+        if host is not None and not host_allowed(host):
             name = _split_host(host)[0]
             raise ForeignRequest(
                 f"this reef does not answer to the name {name!r} (the request's Host): a web page can "
