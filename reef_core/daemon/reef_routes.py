@@ -14,6 +14,7 @@ from aiohttp import web
 
 from reef_core import __version__
 from reef_core.daemon.context import Daemon, daemon_of
+from reef_core.daemon.install_routes import NOTED
 from reef_core.daemon.parsing import json_body, scenario_header
 from reef_core.daemon.reports import parse_report
 from reef_core.errors import InvalidInput, NotFound
@@ -108,6 +109,8 @@ async def archive_scenario(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     daemon = daemon_of(request)
     target = await daemon.scenarios.archive(name, before_close=daemon.learners.detach)
+    # a scenario made again under this name starts with no install noted (install_routes)
+    request.app[NOTED].difference_update({pair for pair in request.app[NOTED] if pair[0] == name})
     return web.json_response({"name": name, "archived_to": str(target)})
 
 

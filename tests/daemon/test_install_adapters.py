@@ -126,6 +126,21 @@ def test_a_harness_first_recorded_request_notes_its_install(tmp_path, upstream):
         reef.stop()
 
 
+def test_a_scenario_archived_and_made_again_notes_its_harness_again(tmp_path, upstream):
+    """What this daemon remembered it noted goes with the scenario it archives."""
+    reef = _daemon(tmp_path, upstream)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-reef-scenario": "dev", "x-reef-harness": "pi"}
+    try:
+        assert httpx.post(f"{reef.url}/v1/chat/completions", json=chat, headers=headers).status_code == 200
+        assert reef.reader("dev").installed_adapters() == {"pi"}
+        httpx.delete(f"{reef.url}/reef/scenarios/dev").raise_for_status()
+        assert httpx.post(f"{reef.url}/v1/chat/completions", json=chat, headers=headers).status_code == 200
+        assert reef.reader("dev").installed_adapters() == {"pi"}  # the new dev is noted too
+    finally:
+        reef.stop()
+
+
 def test_store_notes_and_reads_installs(store):
     store.create("demo")
     assert store.reader("demo").installed_adapters() == frozenset()
