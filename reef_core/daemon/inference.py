@@ -52,7 +52,12 @@ from reef_core.wire.models import (
     estimate_input_tokens,
     openai_models_to_anthropic,
 )
-from reef_core.wire.responses_api import chat_to_response, check_responses_request, responses_request_to_chat
+from reef_core.wire.responses_api import (
+    chat_to_response,
+    check_responses_request,
+    left_out,
+    responses_request_to_chat,
+)
 from reef_core.wire.sse import SSEDecoder
 
 __all__ = ["routes"]
@@ -174,6 +179,8 @@ class _Leg:
     body: bytes
     speaks: str
     query: str = ""
+    #: what of the request this upstream is not sent, and why (``responses_api.left_out``)
+    left_out: tuple[dict[str, str], ...] = ()
 
 
 def _leg(
@@ -202,10 +209,11 @@ def _leg(
     chat = responses_request_to_chat(body)
     if override:
         chat["model"] = override
+    omitted = tuple(left_out(body))
     if upstream_format == "anthropic":
         anthropic = translate.openai_request_to_anthropic(chat)
-        return _Leg(_UPSTREAM_PATHS["anthropic"], jsonio.dumps(anthropic), "anthropic")
-    return _Leg(_UPSTREAM_PATHS["openai"], jsonio.dumps(chat), "openai")
+        return _Leg(_UPSTREAM_PATHS["anthropic"], jsonio.dumps(anthropic), "anthropic", left_out=omitted)
+    return _Leg(_UPSTREAM_PATHS["openai"], jsonio.dumps(chat), "openai", left_out=omitted)
 
 
 def _forwards_responses(daemon: Daemon) -> bool:
@@ -323,6 +331,7 @@ async def _exchange(
         release=served,
         upstream_model=daemon.settings.inference.upstream_model,
         trace_id=trace_id(request),
+        left_out=list(leg.left_out),
     )
     if scenario is not None:  # a harness's first recorded request notes its install (install_routes)
         await note_use(request, name, exchange.harness)
@@ -346,7 +355,7 @@ async def _exchange(
         except UpstreamError as exc:
             if _lacks_responses(daemon, leg, exc):
                 leg = _leg(request, daemon, route, raw, body, as_chat=True)
-                exchange.upstream_format = leg.speaks
+                exchange.upstream_format, exchange.left_out = leg.speaks, list(leg.left_out)
                 continue
             await _record_failure(scenario, exchange, exc)
             raise

@@ -2,8 +2,10 @@
 
 A record holds the request as the client sent it, the answer as the client saw it (a
 stream assembled into one message), the status, timings, the models on both sides, the
-release that served it and the client's tags.  It is committed through the scenario's
-group-commit writer; the receipt is returned only once the commit is on the branch.
+release that served it, the client's tags and, when a translation left part of the request
+out of what the upstream was sent (Codex's hosted tools on a chat upstream), what and why.
+It is committed through the scenario's group-commit writer; the receipt is returned only
+once the commit is on the branch.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class Exchange:
     #: are (:func:`verbatim`); else the record holds ``request`` serialised again
     request_raw: bytes | None = None
     trace_id: str | None = None  # the request's trace, when traces are on (ops.otlp-endpoint)
+    #: what of the request the upstream was not sent, and why (a translated Responses request)
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def model(self) -> str | None:
@@ -75,6 +79,7 @@ class Exchange:
             "response": self.response,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
             **({"trace_id": self.trace_id} if self.trace_id is not None else {}),
+            **({"left_out": self.left_out} if self.left_out else {}),
         }
 
     def summary(self, total_ms: float) -> str:

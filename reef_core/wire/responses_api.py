@@ -7,10 +7,27 @@ turn a stored Response stands for (``response_to_chat_message``), for readers of
 
 What translates: messages (``developer`` becomes ``system``), ``instructions``, text, image and
 inline file parts, function tools, ``function_call`` items and their ``function_call_output``,
-``tool_choice``, ``text.format``, ``reasoning.effort`` and the sampling fields.  What cannot
-(``previous_response_id``, ``conversation``, ``prompt``, ``background``, item references,
-built-in tools and their calls) needs OpenAI's server-side state or tools, which a chat
-upstream does not have: refused, naming the field, rather than silently dropped.
+``tool_choice``, ``text.format``, ``reasoning.effort`` and the sampling fields.
+
+What a harness sends that a chat upstream has no form for, and what happens to it (Codex sends
+all of these on its first request; :func:`left_out` lists them for the record):
+
+* a ``namespace`` tool (a group of function tools, Codex's ``multi_agent_v1``): each of its
+  tools is offered as the plain function ``<namespace>__<name>`` (:func:`tool_names`), and a
+  call to one is given back under its own ``name`` with its ``namespace``, as OpenAI does;
+* a hosted tool (``web_search``, ``file_search``, ``code_interpreter``…, any type but
+  ``function`` and ``namespace``) runs on OpenAI's servers only, and a freeform ``custom``
+  tool has no function form: left out, as are the hosted tools' past calls in ``input``;
+* settings about OpenAI's own storage and caching (``include``, ``store``,
+  ``prompt_cache_key``, ``client_metadata``, ``metadata``…): dropped;
+* a ``reasoning`` item the upstream wrote (its ``reasoning_content``, given back to the
+  harness as ``reasoning_text``) goes back as the next assistant turn's ``reasoning_content``,
+  which reasoning servers ask to see again within a tool loop; an encrypted one, from OpenAI,
+  is dropped.
+
+A request is refused only when what is left cannot be served: ``previous_response_id``,
+``conversation``, ``prompt``, ``background`` and item references need OpenAI's server-side
+state, and a ``tool_choice`` that names a left-out tool cannot be honoured.
 Does not own: streams (``responses_stream``) or the Anthropic leg (``requests_to_anthropic``,
 ``responses``), which a chat request or answer goes through when the upstream is Anthropic.
 """
@@ -28,6 +45,7 @@ __all__ = [
     "check_responses_request",
     "function_call_item",
     "item_id",
+    "left_out",
     "message_item",
     "reasoning_item",
     "response_object",
@@ -35,6 +53,7 @@ __all__ = [
     "response_usage",
     "responses_request_to_chat",
     "text_part",
+    "tool_names",
 ]
 
 # fields that need state or tools only OpenAI's own Responses endpoint has
@@ -42,6 +61,14 @@ _STATEFUL = ("previous_response_id", "conversation", "prompt")
 _KEPT = ("model", "temperature", "top_p", "user", "parallel_tool_calls", "service_tier", "seed")
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+# what the translation reads: every other field of a request is dropped, and noted (left_out)
+_READ = {*_KEPT, "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
+_READ |= {"reasoning", "top_logprobs", "text", "background", *_STATEFUL}
+_NAMESPACE_JOIN = "__"  # a namespaced tool's chat name: ``<namespace>__<name>``
+# input items that record a hosted tool's run: left out with the tool
+_HOSTED_CALLS = ("_call", "_call_output")
+_HOSTED_WHY = "runs only on OpenAI's servers, which this upstream is not"
+_CUSTOM_WHY = "a freeform tool (its input is not JSON) has no chat-completions form"
 
 
 def check_responses_request(body: dict[str, Any]) -> None:
@@ -87,15 +114,11 @@ def responses_request_to_chat(body: dict[str, Any], *, strict: bool = True) -> d
         for i, item in enumerate(given):
             _add_item(messages, expect_object(item, f"input[{i}]"), f"input[{i}]", strict)
     chat: dict[str, Any] = {key: body[key] for key in _KEPT if body.get(key) is not None}
-    chat["messages"] = messages
-    tools = [
-        tool
-        for i, raw in enumerate(expect_array(body.get("tools") or [], "tools"))
-        if (tool := _tool(expect_object(raw, f"tools[{i}]"), f"tools[{i}]", strict)) is not None
-    ]
+    chat["messages"] = _with_reasoning(messages)
+    tools = _tools(body)
     if tools:
         chat["tools"] = tools
-    choice = _tool_choice(body.get("tool_choice"), strict)
+    choice = _tool_choice(body.get("tool_choice"), bool(body.get("tools")) and not tools, strict)
     if choice is not None:
         chat["tool_choice"] = choice
     _limits(body, chat)
@@ -111,10 +134,17 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
         role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
         if role is None:
             raise InvalidInput(f"unsupported role {item.get('role')!r}", field=f"{where}.role")
-        messages.append({"role": role, "content": _content(item.get("content"), role, where, strict)})
+        content = _content(item.get("content"), role, where, strict)
+        last = messages[-1] if messages else None
+        if role == "assistant" and last is not None and _thought_only(last):
+            last["content"] = content  # the answer its reasoning item stood before
+        else:
+            messages.append({"role": role, "content": content})
     elif kind == "function_call":
         call_id = expect_name(item.get("call_id"), f"{where}.call_id", "a function_call needs a call_id")
         name = expect_name(item.get("name"), f"{where}.name", "a function_call needs a name")
+        if isinstance(item.get("namespace"), str) and item["namespace"]:
+            name = _flat(item["namespace"], name)
         arguments = item.get("arguments")
         call = {
             "id": call_id,
@@ -133,14 +163,34 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
         output = _tool_output(item.get("output"), f"{where}.output", strict)
         messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
     elif kind == "reasoning":
-        pass  # the model's own earlier reasoning: chat upstreams take none back
-    elif strict:
-        what = "an item_reference" if kind == "item_reference" else f"a {kind} item"
+        thought = _thought(item)
+        if thought:  # the upstream's own reasoning, given back before the turn it led to
+            messages.append({"role": "assistant", "content": None, "reasoning_content": thought})
+    elif kind == "item_reference" and strict:
         raise InvalidInput(
-            f"{what} needs OpenAI's Responses API (its stored items or built-in tools); reef "
-            "translates only messages, function calls and their outputs for this upstream",
+            "an item_reference needs OpenAI's Responses API (its stored items); send the item "
+            "itself in input instead",
             field=f"{where}.type",
         )
+    # any other item records a hosted or freeform tool's run: left out with its tool (left_out)
+
+
+def _thought(item: dict[str, Any]) -> str:
+    """The readable text of a reasoning item (none when OpenAI encrypted it)."""
+    content = item.get("content")
+    parts = content if isinstance(content, list) else []
+    return TEXT_JOIN.join(
+        p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"]
+    )
+
+
+def _thought_only(message: dict[str, Any]) -> bool:
+    return message["role"] == "assistant" and message.get("content") is None and "tool_calls" not in message
+
+
+def _with_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages without a reasoning that led to no turn (nothing to give it back with)."""
+    return [m for m in messages if not (_thought_only(m) and "reasoning_content" in m)]
 
 
 def _content(content: Any, role: str, where: str, strict: bool) -> str | list[dict[str, Any]] | None:
@@ -205,15 +255,51 @@ def _tool_output(output: Any, where: str, strict: bool) -> str:
     return TEXT_JOIN.join(texts)
 
 
-def _tool(tool: dict[str, Any], where: str, strict: bool) -> dict[str, Any] | None:
-    if tool.get("type") != "function":
-        if strict:
-            raise InvalidInput(
-                f"the built-in tool {tool.get('type')!r} runs only on OpenAI's Responses API; "
-                "an upstream without it takes function tools alone",
-                field=f"{where}.type",
-            )
-        return None
+def _flat(namespace: str, name: str) -> str:
+    return f"{namespace}{_NAMESPACE_JOIN}{name}"
+
+
+def tool_names(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """``{chat name: (namespace, name)}`` for each function inside a ``namespace`` tool of a
+    Responses request: how its calls are named upstream, and how they are given back."""
+    names: dict[str, tuple[str, str]] = {}
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict) or tool.get("type") != "namespace":
+            continue
+        space, inner = tool.get("name"), tool.get("tools")
+        for member in inner if isinstance(space, str) and isinstance(inner, list) else []:
+            if (
+                isinstance(member, dict)
+                and member.get("type") == "function"
+                and isinstance(member.get("name"), str)
+            ):
+                names[_flat(space, member["name"])] = (space, member["name"])
+    return names
+
+
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's function tools in chat's form, each namespace's members among them."""
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(expect_array(body.get("tools") or [], "tools")):
+        tool = expect_object(raw, f"tools[{i}]")
+        if tool.get("type") == "function":
+            out.append(_function(tool, f"tools[{i}]"))
+        elif tool.get("type") == "namespace":
+            space = expect_name(tool.get("name"), f"tools[{i}].name", "a namespace tool needs a name")
+            for j, member in enumerate(expect_array(tool.get("tools") or [], f"tools[{i}].tools")):
+                member = expect_object(member, f"tools[{i}].tools[{j}]")
+                if member.get("type") == "function":
+                    function = _function(member, f"tools[{i}].tools[{j}]")
+                    function["function"]["name"] = _flat(space, function["function"]["name"])
+                    if isinstance(tool.get("description"), str) and tool["description"]:
+                        said = function["function"].get("description") or ""
+                        function["function"]["description"] = f"({tool['description']}) {said}".strip()
+                    out.append(function)
+    return out
+
+
+def _function(tool: dict[str, Any], where: str) -> dict[str, Any]:
     name = expect_name(tool.get("name"), f"{where}.name", "a function tool needs a name")
     function: dict[str, Any] = {"name": name}
     for key in ("description", "parameters", "strict"):
@@ -222,14 +308,64 @@ def _tool(tool: dict[str, Any], where: str, strict: bool) -> dict[str, Any] | No
     return {"type": "function", "function": function}
 
 
-def _tool_choice(choice: Any, strict: bool) -> Any:
-    if choice is None or choice in ("auto", "none", "required"):
+def left_out(body: dict[str, Any]) -> list[dict[str, str]]:
+    """What of a Responses request a chat (or Anthropic) upstream is not sent, and why: each
+    ``{"field", "kind", "why"}`` (``kind``: the tool's or item's type), for the record."""
+    out: list[dict[str, str]] = []
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "namespace":
+            inner = tool.get("tools")
+            for j, member in enumerate(inner if isinstance(inner, list) else []):
+                member_kind = member.get("type") if isinstance(member, dict) else None
+                if member_kind != "function":
+                    out.append(_left(f"tools[{i}].tools[{j}]", member_kind))
+        elif kind != "function":
+            out.append(_left(f"tools[{i}]", kind))
+    given = body.get("input")
+    for i, item in enumerate(given if isinstance(given, list) else []):
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "reasoning" and not _thought(item):
+            out.append({"field": f"input[{i}]", "kind": kind, "why": "encrypted by OpenAI, for OpenAI alone"})
+        elif kind not in ("message", "function_call", "function_call_output", "reasoning", "item_reference"):
+            out.append(_left(f"input[{i}]", kind))
+    for key in body:
+        if key not in _READ:
+            out.append(
+                {"field": key, "kind": "setting", "why": "OpenAI's own; chat completions has no such setting"}
+            )
+    return out
+
+
+def _left(field: str, kind: Any) -> dict[str, str]:
+    kind = str(kind)
+    freeform = kind == "custom" or kind.startswith("custom_tool_call")
+    return {"field": field, "kind": kind, "why": _CUSTOM_WHY if freeform else _HOSTED_WHY}
+
+
+def _tool_choice(choice: Any, all_left_out: bool, strict: bool) -> Any:
+    if choice is None or choice in ("auto", "none"):
+        return choice
+    if choice == "required":
+        if all_left_out and strict:
+            raise InvalidInput(
+                "tool_choice is required, but none of the tools can run on this upstream: only "
+                "function tools can (the others run only on OpenAI's servers)",
+                field="tool_choice",
+            )
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
         name = expect_name(choice.get("name"), "tool_choice.name", "a function tool_choice needs a name")
+        if isinstance(choice.get("namespace"), str) and choice["namespace"]:
+            name = _flat(choice["namespace"], name)
         return {"type": "function", "function": {"name": name}}
     if strict:
-        raise InvalidInput(f"unsupported tool_choice {choice!r}", field="tool_choice")
+        kind = choice.get("type") if isinstance(choice, dict) else choice
+        raise InvalidInput(
+            f"tool_choice {kind!r} cannot be honoured here: this upstream runs function tools only",
+            field="tool_choice",
+        )
     return None
 
 
@@ -348,6 +484,7 @@ def chat_to_response(
         parts.append({"type": "refusal", "refusal": message["refusal"]})
     if parts:
         output.append(message_item(item_id("msg", response_id, len(output)), parts))
+    names = tool_names(request)
     for k, call in enumerate(expect_array(message.get("tool_calls") or [], "choices[0].message.tool_calls")):
         call = expect_object(call, f"choices[0].message.tool_calls[{k}]")
         function = _object(call.get("function"))
@@ -357,6 +494,7 @@ def chat_to_response(
                 str(call.get("id") or item_id("call", response_id, k)),
                 str(function.get("name") or ""),
                 str(function.get("arguments") or ""),
+                names=names,
             )
         )
     incomplete = _INCOMPLETE.get(choice.get("finish_reason"))  # type: ignore[arg-type]
@@ -382,16 +520,20 @@ def message_item(ident: str, content: list[dict[str, Any]], status: str = "compl
 
 
 def function_call_item(
-    ident: str, call_id: str, name: str, arguments: str, status: str = "completed"
+    ident: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    status: str = "completed",
+    *,
+    names: dict[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": ident,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
+    """A ``function_call`` item; a call of a namespaced tool (``names``: :func:`tool_names` of
+    the request) under the tool's own name and its namespace."""
+    item = {"type": "function_call", "id": ident, "call_id": call_id, "name": name}
+    if names and name in names:
+        item["namespace"], item["name"] = names[name]
+    return {**item, "arguments": arguments, "status": status}
 
 
 def reasoning_item(ident: str, text: str, status: str = "completed") -> dict[str, Any]:

@@ -31,6 +31,7 @@ from reef_core.wire.responses_api import (
     response_object,
     response_usage,
     text_part,
+    tool_names,
 )
 from reef_core.wire.shapes import expect_array, expect_object
 from reef_core.wire.streams import UpstreamStreamError
@@ -92,9 +93,12 @@ class _Item:
     arguments: list[str] = field(default_factory=list)
     closed: bool = False
 
+    names: dict[str, tuple[str, str]] | None = None  # the request's namespaced tools (tool_names)
+
     def body(self, status: str = "completed") -> dict[str, Any]:
         if self.kind == "function_call":
-            return function_call_item(self.id, self.call_id, self.name, "".join(self.arguments), status)
+            arguments = "".join(self.arguments)
+            return function_call_item(self.id, self.call_id, self.name, arguments, status, names=self.names)
         if self.kind == "reasoning":
             return reasoning_item(self.id, "".join(p.text for p in self.parts), status)
         return message_item(self.id, [p.body() for p in self.parts], status)
@@ -110,6 +114,7 @@ class ChatToResponsesStream:
 
     def __init__(self, request: dict[str, Any], *, response_id: str, created_at: int) -> None:
         self._request = request
+        self._names = tool_names(request)
         self._id = response_id
         self._created = created_at
         self._model = str(request.get("model") or "")
@@ -226,7 +231,7 @@ class ChatToResponsesStream:
         item = self._tools.get(tool)
         if item is None:
             index = len(self._items)
-            item = _Item("function_call", index, item_id("fc", self._id, index))
+            item = _Item("function_call", index, item_id("fc", self._id, index), names=self._names)
             item.call_id = str(call.get("id") or fallback_tool_id(self._id, len(self._tools)))
             item.name = str(function.get("name") or "")
             self._tools[tool] = self._open_item(item, out)

@@ -184,7 +184,11 @@ def test_upstream_4xx_reaches_the_client_in_the_openai_envelope(reef_for, upstre
             "previous_response_id",
             "previous_response_id",
         ),
-        ({"model": "m", "input": "a", "tools": [{"type": "web_search"}]}, "tools[0].type", "'web_search'"),
+        (
+            {"model": "m", "input": "a", "tools": [{"type": "web_search"}], "tool_choice": "required"},
+            "tool_choice",
+            "none of the tools can run on this upstream",
+        ),
         (
             {"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]},
             "input[0].type",
@@ -202,6 +206,56 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_recorded(reef_for, u
     error = answer.json()["error"]
     assert error["param"] == field and says in error["message"]
     assert inference_paths(upstream) == [] and not os.path.exists(reef.repo(SCENARIO))
+
+
+@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_codex_s_tools_reach_an_upstream_without_responses_and_its_call_comes_back_namespaced(
+    reef_for, upstream, kind, stream
+):
+    """What Codex sends: a namespace of tools (offered flat, called back under its own name and
+    namespace) and a hosted tool (left out, and the record says so), on both translated legs."""
+    reef = reef_for(kind)
+    spawn = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object", "properties": {}}}
+    upstream.script(ToolCall("multi_agent_v1__spawn_agent", {"message": "look"}, call_id="call_s"))
+    request = {
+        "model": "m",
+        "input": "start a helper",
+        "tools": [{"type": "namespace", "name": "multi_agent_v1", "tools": [spawn]}, {"type": "web_search"}],
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
+    if stream:
+        events = list(client(reef).responses.create(**request, stream=True))
+        receipt = events[-1].response.model_extra["reef"]["agent_record_id"]
+        response = events[-1].response
+    else:
+        response = client(reef).responses.create(**request)
+        receipt = (
+            response.model_extra["reef"]["agent_record_id"] if response.model_extra.get("reef") else None
+        )
+    [call] = response.output
+    assert (call.type, call.name, call.to_dict()["namespace"], call.call_id) == (
+        "function_call",
+        "spawn_agent",
+        "multi_agent_v1",
+        "call_s",
+    )
+    sent = upstream.requests[-1].body
+    names = (
+        [t["function"]["name"] for t in sent["tools"]]
+        if kind == "chat"
+        else [t["name"] for t in sent["tools"]]
+    )
+    assert names == ["multi_agent_v1__spawn_agent"]
+    kept = reef.reader(SCENARIO).data
+    [stored] = [item.data for item in kept.iter_items(["record"])]
+    assert receipt is None or stored["id"] == receipt
+    assert stored["complete"] and sorted((x["field"], x["kind"]) for x in stored["left_out"]) == [
+        ("include", "setting"),
+        ("store", "setting"),
+        ("tools[1]", "web_search"),
+    ]
 
 
 # -- streamed ------------------------------------------------------------------------------

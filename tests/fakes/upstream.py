@@ -9,7 +9,9 @@ Responses API) answers only while ``responses_api`` is true, else 404 as a chat-
 ``/v1/embeddings`` answers made-up vectors, ``embedding_dims`` long, without using the queue.
 
 Streams are real SSE over chunked HTTP, each event written (and flushed) as it is produced, framed
-exactly as the providers frame them.  Every request received is recorded in ``requests``.
+exactly as the providers frame them.  Every request received is recorded in ``requests``.  Tools
+are checked as the real servers check them: chat completions takes ``function`` tools alone, and
+both name them in ``[a-zA-Z0-9_-]``; anything else is a 400, with nothing consumed.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class Text:
     text: str
     stop: str = "stop"
     usage: tuple[int, int] = (10, 5)  # (prompt/input tokens, completion/output tokens)
+    #: the model's reasoning before it, as a reasoning server sends it on chat completions
+    #: (``reasoning_content``; the other routes leave it out)
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class ToolCall:
     text: str | None = None
     call_id: str = "call_1"
     usage: tuple[int, int] = (10, 5)
+    reasoning: str | None = None  # as :attr:`Text.reasoning`
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,31 @@ def _error(route: Route, status: int, message: str, type_: str) -> web.Response:
     return (_anthropic_error if route == "anthropic" else _openai_error)(status, message, type_)
 
 
+_TOOL_NAME = {"openai": re.compile(r"[a-zA-Z0-9_-]{1,64}"), "anthropic": re.compile(r"[a-zA-Z0-9_-]{1,128}")}
+
+
+def _tools_problem(route: Route, body: dict[str, Any]) -> str | None:
+    """What a real server of ``route`` would refuse in the request's ``tools``, as it says it:
+    chat completions takes function tools alone, both name them in ``[a-zA-Z0-9_-]``."""
+    tools = body.get("tools")
+    if route == "responses" or not isinstance(tools, list):
+        return None
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            return f"Invalid 'tools[{i}]': expected an object."
+        if route == "openai":
+            if tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+                return f"Invalid value for 'tools[{i}].type': {tool.get('type')!r}; supported: 'function'."
+            name = tool["function"].get("name")
+        else:
+            if tool.get("type", "custom") == "custom" and not isinstance(tool.get("input_schema"), dict):
+                return f"tools.{i}.custom.input_schema: Field required"
+            name = tool.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME[route].fullmatch(name):
+            return f"Invalid 'tools[{i}]' name {name!r}: it must match ^[a-zA-Z0-9_-]+$."
+    return None
+
+
 @dataclass(frozen=True)
 class _Answer:
     """What the model says, independent of the wire format."""
@@ -188,13 +219,14 @@ class _Answer:
     tool: ToolCall | None
     stop: str  # OpenAI vocabulary
     usage: tuple[int, int]
+    reasoning: str | None = None
 
 
 def _answer_of(reply: Text | ToolCall | Slow | Reset) -> _Answer:
     if isinstance(reply, ToolCall):
-        return _Answer(reply.text, reply, "tool_calls", reply.usage)
+        return _Answer(reply.text, reply, "tool_calls", reply.usage, reply.reasoning)
     if isinstance(reply, Text):
-        return _Answer(reply.text, None, reply.stop, reply.usage)
+        return _Answer(reply.text, None, reply.stop, reply.usage, reply.reasoning)
     return _Answer(reply.text, None, "stop", (10, 5))
 
 
@@ -208,6 +240,8 @@ def _openai_usage(usage: tuple[int, int]) -> dict[str, int]:
 
 def _openai_message(answer: _Answer, ident: str, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
+    if answer.reasoning:
+        message["reasoning_content"] = answer.reasoning
     if answer.tool is not None:
         message["tool_calls"] = [
             {
@@ -244,6 +278,7 @@ def _openai_events(answer: _Answer, ident: str, model: str, include_usage: bool)
         return f"data: {_dumps(obj)}\n\n".encode()
 
     events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"reasoning_content": word}) for word in _words(answer.reasoning or "")]
     events += [chunk({"content": word}) for word in _words(answer.text or "")]
     if answer.tool is not None:
         for i, fragment in enumerate(_fragments(_dumps(answer.tool.arguments))):
@@ -687,6 +722,9 @@ class ScriptedUpstream:
             return _error(route, 400, "request body is not a JSON object", "invalid_request_error")
         if path == "/messages/count_tokens":
             return web.json_response({"input_tokens": 42})
+        problem = _tools_problem(route, body)
+        if problem is not None:
+            return _error(route, 400, problem, "invalid_request_error")
         return await self._reply(request, route, body, self._next_reply(route, body))
 
     async def _reply(

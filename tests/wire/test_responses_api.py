@@ -14,6 +14,7 @@ import pytest
 from reef_core.errors import InvalidInput
 from reef_core.wire.responses_api import (
     chat_to_response,
+    left_out,
     response_to_chat_message,
     responses_request_to_chat,
 )
@@ -220,10 +221,7 @@ def test_text_format_becomes_response_format():
         ({"input": "x", "conversation": "conv_1"}, "conversation"),
         ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"input": "x", "background": True}, "background"),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"input": "x", "tools": [WEATHER, {"type": "file_search"}]}, "tools[1].type"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
-        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
             "input[0].content[0].image_url",
@@ -231,6 +229,7 @@ def test_text_format_becomes_response_format():
         ({"input": [{"role": "critic", "content": "x"}]}, "input[0].role"),
         ({"input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
         ({"input": "x", "tool_choice": {"type": "web_search"}}, "tool_choice"),
+        ({"input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice"),
         ({"input": "x", "text": {"format": {"type": "grammar"}}}, "text.format.type"),
         ({"input": 3}, "input"),
         ({"model": "m"}, "input"),
@@ -240,6 +239,157 @@ def test_what_needs_openais_own_server_is_refused_naming_the_field(body, field):
     with pytest.raises(InvalidInput) as caught:
         responses_request_to_chat(body)
     assert caught.value.field == field
+
+
+# Codex 0.171.0's first request, as tests/fixtures/harness_requests/ holds it, in small: a
+# namespace of function tools, a hosted tool, and the settings only OpenAI's servers use
+SPAWN = {
+    "type": "function",
+    "name": "spawn_agent",
+    "description": "Start a sub-agent.",
+    "parameters": {"type": "object", "properties": {"message": {"type": "string"}}},
+}
+CODEX_LIKE = {
+    "model": "default",
+    "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+    "tools": [
+        WEATHER,
+        {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [SPAWN]},
+        {"type": "web_search", "external_web_access": False},
+        {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}},
+    ],
+    "tool_choice": "auto",
+    "store": False,
+    "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "thread-1",
+    "client_metadata": {"session_id": "thread-1"},
+    "reasoning": {"summary": "auto"},
+    "stream": True,
+}
+
+
+def test_codex_s_tools_are_offered_as_functions_and_what_only_openai_runs_is_left_out_and_said():
+    chat = responses_request_to_chat(CODEX_LIKE)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["get_weather", "multi_agent_v1__spawn_agent"]
+    assert all(t["type"] == "function" for t in chat["tools"])
+    spawn = chat["tools"][1]["function"]
+    assert (
+        spawn["parameters"] == SPAWN["parameters"]
+        and spawn["description"] == "(Sub-agents.) Start a sub-agent."
+    )
+    assert not {"store", "include", "prompt_cache_key", "client_metadata"} & set(chat)
+    assert left_out(CODEX_LIKE) == [
+        {
+            "field": "tools[2]",
+            "kind": "web_search",
+            "why": "runs only on OpenAI's servers, which this upstream is not",
+        },
+        {
+            "field": "tools[3]",
+            "kind": "custom",
+            "why": "a freeform tool (its input is not JSON) has no chat-completions form",
+        },
+        *(
+            {"field": key, "kind": "setting", "why": "OpenAI's own; chat completions has no such setting"}
+            for key in ("store", "include", "prompt_cache_key", "client_metadata")
+        ),
+    ]
+    assert left_out({"input": "hi", "tools": [WEATHER], "stream": True}) == []
+
+
+def test_a_call_to_a_namespaced_tool_goes_back_under_its_name_and_namespace():
+    call = {
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "multi_agent_v1__spawn_agent", "arguments": "{}"},
+    }
+    plain = {"id": "call_8", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    response = chat_to_response(
+        _chat({"role": "assistant", "content": None, "tool_calls": [call, plain]}, "tool_calls"),
+        CODEX_LIKE,
+        response_id=RESPONSE_ID,
+        created_at=1,
+        completed_at=2,
+    )
+    calls = [(i["name"], i.get("namespace"), i["call_id"]) for i in response["output"]]
+    assert calls == [("spawn_agent", "multi_agent_v1", "call_9"), ("get_weather", None, "call_8")]
+    events = _translate(
+        [
+            _chunk({"role": "assistant"}),
+            _chunk({"tool_calls": [{"index": 0, **call}]}),
+            _chunk({}, "tool_calls"),
+        ],
+        CODEX_LIKE,
+    )
+    added = [d["item"] for n, d in events if n == "response.output_item.added"]
+    done = [d["item"] for n, d in events if n == "response.output_item.done"]
+    assert [(i["name"], i["namespace"]) for i in added + done] == [("spawn_agent", "multi_agent_v1")] * 2
+    assert events[-1][1]["response"]["output"] == done
+    # and the call, given back by the harness with its result, goes upstream under the chat name
+    follow = {
+        **CODEX_LIKE,
+        "input": [
+            *CODEX_LIKE["input"],
+            {**done[0], "type": "function_call"},
+            {"type": "function_call_output", "call_id": "call_9", "output": "agent a1"},
+        ],
+    }
+    messages = responses_request_to_chat(follow)["messages"]
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__spawn_agent"
+    assert messages[2] == {"role": "tool", "tool_call_id": "call_9", "content": "agent a1"}
+
+
+def test_the_upstream_s_reasoning_goes_back_with_the_turn_it_led_to_and_openai_s_encrypted_does_not():
+    answered = chat_to_response(
+        _chat({"role": "assistant", "content": "It is sunny.", "reasoning_content": "Check the sky."}),
+        CODEX_LIKE,
+        response_id=RESPONSE_ID,
+        created_at=1,
+        completed_at=2,
+    )
+    reasoning, message = answered["output"]
+    then = {"type": "message", "role": "user", "content": "and tomorrow?"}
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    sealed = {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA"}
+    body = {"input": [CODEX_LIKE["input"][0], reasoning, message, then, sealed, call]}
+    messages = responses_request_to_chat(body)["messages"]
+    assert messages[1] == {
+        "role": "assistant",
+        "content": "It is sunny.",
+        "reasoning_content": "Check the sky.",
+    }
+    assert messages[3] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        ],
+    }
+    assert len(messages) == 4
+    assert left_out(body) == [
+        {"field": "input[4]", "kind": "reasoning", "why": "encrypted by OpenAI, for OpenAI alone"}
+    ]
+    # a reasoning that led to a tool call goes back on that call's turn
+    thought = {
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "Look it up."}],
+    }
+    messages = responses_request_to_chat({"input": [CODEX_LIKE["input"][0], thought, call]})["messages"]
+    assert messages[1]["reasoning_content"] == "Look it up." and messages[1]["tool_calls"][0]["id"] == "c1"
+
+
+def test_a_hosted_tool_s_past_call_is_left_out_and_an_item_reference_is_still_refused():
+    searched = {"type": "web_search_call", "id": "ws_1", "status": "completed"}
+    body = {"input": [searched, {"type": "message", "role": "user", "content": "hi"}]}
+    assert responses_request_to_chat(body)["messages"] == [{"role": "user", "content": "hi"}]
+    assert left_out(body) == [
+        {
+            "field": "input[0]",
+            "kind": "web_search_call",
+            "why": "runs only on OpenAI's servers, which this upstream is not",
+        }
+    ]
 
 
 def test_a_stored_request_is_read_leniently():
