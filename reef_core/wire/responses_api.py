@@ -268,13 +268,13 @@ def tool_names(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
         if not isinstance(tool, dict) or tool.get("type") != "namespace":
             continue
         space, inner = tool.get("name"), tool.get("tools")
-        for member in inner if isinstance(space, str) and isinstance(inner, list) else []:
-            if (
-                isinstance(member, dict)
-                and member.get("type") == "function"
-                and isinstance(member.get("name"), str)
-            ):
-                names[_flat(space, member["name"])] = (space, member["name"])
+        if not isinstance(space, str) or not isinstance(inner, list):
+            continue
+        for member in inner:
+            if isinstance(member, dict) and member.get("type") == "function":
+                name = member.get("name")
+                if isinstance(name, str):
+                    names[_flat(space, name)] = (space, name)
     return names
 
 

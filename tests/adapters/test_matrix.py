@@ -30,13 +30,16 @@ from typing import Any
 import httpx
 import pytest
 
+from adapters.claude_code.install import CLAUDE_VERSION
+from adapters.codex.install import CODEX_VERSION
+from adapters.opencode.render import OPENCODE_VERSION
 from adapters.pi.launcher import PI_MIN_VERSION
 from reef_core.sessions import session_of
 from tests.adapters.claude_machine import ClaudeMachine, require_claude
 from tests.adapters.codex_machine import CodexMachine, require_codex
 from tests.adapters.conftest import SCENARIO, Machine
 from tests.adapters.opencode_machine import OpencodeMachine, require_opencode
-from tests.fakes.upstream import ScriptedUpstream, Text, ToolCall
+from tests.fakes.upstream import ScriptedUpstream, Text, ToolCall, tool_results
 from tests.reefine.pi import PI_NEXT, require_pi
 
 pytestmark = pytest.mark.e2e
@@ -71,13 +74,13 @@ HARNESSES = {
         lambda work: ("read", {"path": str(work / "notes.txt")}),
         "pi",
     ),
-    "claude": Harness(
+    f"claude-{CLAUDE_VERSION}": Harness(
         lambda root: ClaudeMachine(root, require_claude()),
         ("-p", PROMPT, "--allowedTools", "Read"),
         lambda work: ("Read", {"file_path": str(work / "notes.txt")}),
         "claude_code",
     ),
-    "codex": Harness(
+    f"codex-{CODEX_VERSION}": Harness(
         lambda root: CodexMachine(root, require_codex()),
         # Codex's own sandbox cannot start under /tmp (it will not put its helper there), where
         # the test's HOME is; a person's ~/.reef is not under /tmp
@@ -85,7 +88,7 @@ HARNESSES = {
         lambda work: ("exec_command", {"cmd": "cat notes.txt"}),
         "codex",
     ),
-    "opencode": Harness(
+    f"opencode-{OPENCODE_VERSION}": Harness(
         lambda root: OpencodeMachine(root, require_opencode()),
         ("run", PROMPT),
         lambda work: ("read", {"filePath": str(work / "notes.txt")}),
@@ -97,24 +100,13 @@ _PATHS = {"openai": "chat/completions", "responses": "responses", "anthropic": "
 UPSTREAMS = {"chat": ("openai", False), "responses": ("openai", True), "anthropic": ("anthropic", False)}
 
 
-def tool_output(path: str, body: dict[str, Any]) -> list[str]:
-    """The tool results a request to ``path`` carries, in that API's own format, as text."""
-    if path == "/v1/responses":
-        items = body.get("input") if isinstance(body.get("input"), list) else []
-        return [json.dumps(i.get("output")) for i in items if i.get("type") == "function_call_output"]
-    if path == "/v1/chat/completions":
-        return [json.dumps(m.get("content")) for m in body.get("messages", []) if m.get("role") == "tool"]
-    blocks = [b for m in body.get("messages", []) if isinstance(m.get("content"), list) for b in m["content"]]
-    return [json.dumps(b.get("content")) for b in blocks if b.get("type") == "tool_result"]
-
-
 def plays_a_reader(upstream: ScriptedUpstream, tool: tuple[str, dict[str, Any]]) -> None:
     """The model: a request carrying a tool's result is answered with the file's marker when
     the result holds it (else with what the tool said); the agent's first request (the one
     offering tools) calls the tool; anything else (a title) gets a title."""
 
     def respond(route: str, body: dict[str, Any]) -> Text | ToolCall:
-        results = tool_output(f"/v1/{_PATHS[route]}", body)
+        results = tool_results(f"/v1/{_PATHS[route]}", body)
         if results:
             return Text(ANSWER if any(MARKER in r for r in results) else f"The tool failed: {results}")
         if body.get("tools"):
@@ -171,15 +163,15 @@ def test_a_harness_reads_a_file_through_each_kind_of_upstream(
     assert ANSWER in run.stdout, run.stdout + run.stderr
     # the call went back to the harness in its own format: it ran the tool, and what the tool
     # read reached the upstream as a tool result in the upstream's own format
-    results = [out for r in upstream.requests if r.body for out in tool_output(r.path, r.body)]
+    results = [out for r in upstream.requests if r.body for out in tool_results(r.path, r.body)]
     assert any(MARKER in out for out in results), [r.path for r in upstream.requests]
     # each request went to the one API the upstream speaks: Codex's Responses where it is served
     chat = "/v1/chat/completions"
     speaks = {"chat": chat, "responses": chat, "anthropic": "/v1/messages"}
-    if cell == "codex" and kind == "responses":
+    if harness.name == "codex" and kind == "responses":
         speaks["responses"] = "/v1/responses"
     sent = [r.path for r in upstream.requests if r.method == "POST"]
-    if cell == "codex" and kind == "chat":  # asked once, answered 404: translated from then on
+    if harness.name == "codex" and kind == "chat":  # asked once, answered 404: translated from then on
         assert sent[0] == "/v1/responses" and upstream.responses_api is False
         sent = sent[1:]
     assert set(sent) == {speaks[kind]}
@@ -191,7 +183,7 @@ def test_a_harness_reads_a_file_through_each_kind_of_upstream(
     assert {r["harness"] for r in kept} == {harness.name}
     assert all(session_of(r) for r in kept)
     assert len({session_of(r) for r in kept}) == 1  # one session, every turn of it
-    if cell == "codex" and kind != "responses":  # what only OpenAI runs is left out, and said
+    if harness.name == "codex" and kind != "responses":  # what only OpenAI runs is left out, and said
         [first] = [r for r in kept if MARKER not in json.dumps(r["request"])]
         assert {
             "field": "tools[8]",

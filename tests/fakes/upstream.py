@@ -45,6 +45,7 @@ __all__ = [
     "Text",
     "ToolCall",
     "free_port",
+    "tool_results",
     "upstream",
     "upstream_fixture",
 ]
@@ -187,6 +188,26 @@ def _error(route: Route, status: int, message: str, type_: str) -> web.Response:
 
 
 _TOOL_NAME = {"openai": re.compile(r"[a-zA-Z0-9_-]{1,64}"), "anthropic": re.compile(r"[a-zA-Z0-9_-]{1,128}")}
+
+
+def tool_results(path: str, body: dict[str, Any]) -> list[str]:
+    """The tool results a request to ``path`` carries, in that API's own format, each as JSON
+    text: ``function_call_output`` items (Responses), ``tool`` messages (chat completions) or
+    ``tool_result`` blocks (Messages)."""
+    if path.endswith("/responses"):
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        return [
+            _dumps(i.get("output"))
+            for i in items
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if path.endswith("/chat/completions"):
+        return [_dumps(m.get("content")) for m in messages if m.get("role") == "tool"]
+    blocks = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]]
+    return [
+        _dumps(b.get("content")) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
 
 
 def _tools_problem(route: Route, body: dict[str, Any]) -> str | None:
