@@ -40,9 +40,10 @@ from adapters.launcher import Context
 
 __all__ = ["CLAUDE", "CLAUDE_MIN_VERSION", "main", "routing", "seed_state"]
 
-#: the oldest Claude Code reef accepts when one is found (config dir, --settings, blocking
-#: UserPromptSubmit hooks and SessionStart notices as verified with 2.1.332)
-CLAUDE_MIN_VERSION = "2.1.0"
+#: the oldest Claude Code reef accepts when one is found: the one its tests run (config dir,
+#: --settings, blocking UserPromptSubmit hooks, SessionStart notices and every upstream kind,
+#: tests/adapters/test_matrix.py); an older claude on PATH is passed over for the pinned one
+CLAUDE_MIN_VERSION = "2.1.332"
 _RUN_FILES_KEPT_S = 24 * 3600
 _PLACEHOLDER_TOKEN = "reef-local"  # Claude Code will not start without some credential
 

@@ -15,7 +15,7 @@ __all__ = ["require_claude"]
 
 
 def require_claude() -> ClaudeBinary:
-    """Claude Code 2.1.0 or newer (its ``.path`` is the binary), or fail the calling test."""
+    """Claude Code 2.1.332 or newer (its ``.path`` is the binary), or fail the calling test."""
     claude = find_claude()
     if claude is None:
         pytest.fail(missing_claude(), pytrace=False)

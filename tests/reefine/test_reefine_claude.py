@@ -153,7 +153,7 @@ def test_a_missing_claude_fails_the_health_check_saying_how_to_install_it(
 
     assert result["verdict"] == "rejected: health", result
     [health] = [c["detail"] for c in result["checks"] if c["name"] == "health"]
-    assert "Claude Code 2.1.0 or newer was not found" in health
+    assert "Claude Code 2.1.332 or newer was not found" in health
     assert health.endswith("run scripts/setup.sh --dev, or point REEF_CLAUDE at a claude binary")
 
 
