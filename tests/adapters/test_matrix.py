@@ -1,8 +1,8 @@
 """Every harness through every kind of upstream, end to end with the real binaries.
 
-Each cell installs a harness with its installer (``reef install``'s script) in a fresh HOME,
-runs one prompt through its launcher against a real daemon whose upstream speaks one API only,
-and plays a model that first calls the harness's own file-reading tool on a file holding a
+Each cell installs a harness with ``reef install`` in a fresh HOME, as a new user does, runs
+one prompt through its launcher against a real daemon whose upstream speaks one API only, and
+plays a model that first calls the harness's own file-reading tool on a file holding a
 marker, then answers with what the tool gave back.  The harness must run the tool (its call
 came back in the harness's own format), the tool's output must reach the upstream in the
 upstream's own format, the harness must print the answer, and every record must be complete
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +102,21 @@ _PATHS = {"openai": "chat/completions", "responses": "responses", "anthropic": "
 UPSTREAMS = {"chat": ("openai", False), "responses": ("openai", True), "anthropic": ("anthropic", False)}
 
 
+def install(machine: Machine, url: str) -> None:
+    """``reef install SCENARIO --adapter A --url URL``, as a new user installs a harness."""
+    reef = str(Path(sys.executable).with_name("reef"))
+    ran = subprocess.run(
+        [reef, "install", SCENARIO, "--adapter", machine.adapter, "--url", url],
+        env=machine.env,
+        cwd=machine.home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert machine.launcher.exists()
+
+
 def plays_a_reader(upstream: ScriptedUpstream, tool: tuple[str, dict[str, Any]]) -> None:
     """The model: a request carrying a tool's result is answered with the file's marker when
     the result holds it (else with what the tool said); the agent's first request (the one
@@ -150,7 +167,7 @@ def test_a_harness_reads_a_file_through_each_kind_of_upstream(
     api, upstream.responses_api = UPSTREAMS[kind]
     reef = make_reef(api=api)
     machine = harness.machine(tmp_path)
-    machine.install(reef)
+    install(machine, reef.url)
     (machine.work / "notes.txt").write_text(f"{MARKER}\n")
     plays_a_reader(upstream, harness.tool(machine.work))
 
@@ -205,7 +222,7 @@ def test_codex_calls_a_namespaced_tool_and_gets_its_reasoning_back_without_respo
     api, upstream.responses_api = UPSTREAMS[kind]
     reef = make_reef(api=api)
     machine = CodexMachine(tmp_path, require_codex())
-    machine.install(reef)
+    install(machine, reef.url)
     thought = "A helper should look first."
 
     def respond(route: str, body: dict[str, Any]) -> Text | ToolCall:
