@@ -331,7 +331,7 @@ async def _exchange(
         release=served,
         upstream_model=daemon.settings.inference.upstream_model,
         trace_id=trace_id(request),
-        left_out=list(leg.left_out),
+        left_out=leg.left_out,
     )
     if scenario is not None:  # a harness's first recorded request notes its install (install_routes)
         await note_use(request, name, exchange.harness)
@@ -355,7 +355,7 @@ async def _exchange(
         except UpstreamError as exc:
             if _lacks_responses(daemon, leg, exc):
                 leg = _leg(request, daemon, route, raw, body, as_chat=True)
-                exchange.upstream_format, exchange.left_out = leg.speaks, list(leg.left_out)
+                exchange.upstream_format, exchange.left_out = leg.speaks, leg.left_out
                 continue
             await _record_failure(scenario, exchange, exc)
             raise

@@ -48,7 +48,7 @@ class Exchange:
     request_raw: bytes | None = None
     trace_id: str | None = None  # the request's trace, when traces are on (ops.otlp-endpoint)
     #: what of the request the upstream was not sent, and why (a translated Responses request)
-    left_out: list[dict[str, str]] = field(default_factory=list)
+    left_out: tuple[dict[str, str], ...] = ()
 
     @property
     def model(self) -> str | None:
@@ -79,7 +79,7 @@ class Exchange:
             "response": self.response,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
             **({"trace_id": self.trace_id} if self.trace_id is not None else {}),
-            **({"left_out": self.left_out} if self.left_out else {}),
+            **({"left_out": list(self.left_out)} if self.left_out else {}),
         }
 
     def summary(self, total_ms: float) -> str:

@@ -65,8 +65,6 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 _READ = {*_KEPT, "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
 _READ |= {"reasoning", "top_logprobs", "text", "background", *_STATEFUL}
 _NAMESPACE_JOIN = "__"  # a namespaced tool's chat name: ``<namespace>__<name>``
-# input items that record a hosted tool's run: left out with the tool
-_HOSTED_CALLS = ("_call", "_call_output")
 _HOSTED_WHY = "runs only on OpenAI's servers, which this upstream is not"
 _CUSTOM_WHY = "a freeform tool (its input is not JSON) has no chat-completions form"
 

@@ -24,14 +24,12 @@ import httpx
 import openai
 import pytest
 
+from tests.adapters.test_matrix import MARKER, UPSTREAMS  # the captures' marker, the upstream kinds
 from tests.fakes.upstream import ScriptedUpstream, Text, ToolCall, tool_results
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harness_requests"
 CELLS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
-MARKER = "reef-marker-7f3a"  # what the file the harness's tool read held
 SCENARIO = "fixtures"
-#: each kind of upstream: the daemon's ``inference.upstream-api``, and whether it serves /v1/responses
-UPSTREAMS = {"chat": ("openai", False), "responses": ("openai", True), "anthropic": ("anthropic", False)}
 SPEAKS = {"chat": "/v1/chat/completions", "responses": "/v1/chat/completions", "anthropic": "/v1/messages"}
 
 
@@ -118,8 +116,9 @@ def ask(reef_url: str, record: dict[str, Any], body: dict[str, Any]) -> tuple[li
                 text.append(choice.delta.content or "")
                 for call in choice.delta.tool_calls or []:
                     got = calls_by_index.setdefault(call.index, {"name": "", "arguments": ""})
-                    got["name"] += call.function.name or "" if call.function else ""
-                    got["arguments"] += call.function.arguments or "" if call.function else ""
+                    if call.function is not None:
+                        got["name"] += call.function.name or ""
+                        got["arguments"] += call.function.arguments or ""
         return list(calls_by_index.values()), "".join(text)
     message = create(**split(create, body)).choices[0].message
     calls = [{"name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls or []]
@@ -151,11 +150,8 @@ def test_a_harness_s_real_turns_are_answered_in_its_format_through_each_kind_of_
     calls, _ = ask(reef.url, first, body(first))
     [call] = calls
     assert call["name"] == name and call.get("namespace") == namespace
-    assert (
-        json.loads(call["arguments"])
-        if isinstance(call["arguments"], str)
-        else call["arguments"] == {"path": "notes.txt"}
-    )
+    given = call["arguments"]  # a JSON string (OpenAI's formats) or an object (Anthropic's)
+    assert (json.loads(given) if isinstance(given, str) else given) == {"path": "notes.txt"}
     calls, text = ask(reef.url, second, body(second))
     assert calls == [] and text == f"It says {MARKER}."
     # the upstream got the harness's tool result in its own format, on the one API it speaks
