@@ -224,6 +224,7 @@ def test_codex_s_tools_reach_an_upstream_without_responses_and_its_call_comes_ba
         "tools": [{"type": "namespace", "name": "multi_agent_v1", "tools": [spawn]}, {"type": "web_search"}],
         "store": False,
         "include": ["reasoning.encrypted_content"],
+        "reasoning": {"summary": "auto"},
     }
     if stream:
         events = list(client(reef).responses.create(**request, stream=True))
@@ -248,6 +249,8 @@ def test_codex_s_tools_reach_an_upstream_without_responses_and_its_call_comes_ba
         else [t["name"] for t in sent["tools"]]
     )
     assert names == ["multi_agent_v1__spawn_agent"]
+    # nothing OpenAI keeps for itself goes on, and an Anthropic upstream is not asked to think
+    assert not {"store", "include", "thinking", "reasoning"} & set(sent)
     kept = reef.reader(SCENARIO).data
     [stored] = [item.data for item in kept.iter_items(["record"])]
     assert receipt is None or stored["id"] == receipt
